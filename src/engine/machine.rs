@@ -1,0 +1,433 @@
+//! The state machine: submit, launch confirmation, verdicts, timers and cancel.
+
+use std::sync::Arc;
+
+use super::retry::{self, Decision};
+use super::state::{
+    Attempt, AttemptState, CancelRequest, KillReason, Run, RunHeader, RunState, StepProgress,
+    StepState,
+};
+use super::{
+    Effects, EngineSettings, Event, FenceCounter, Input, Intent, LaunchOrder, Outcome, RunId,
+    Timer, Timestamp, Verdict,
+};
+use crate::pipeline::{Pipeline, StepAction};
+
+/// An input the engine refuses, with nothing changed. The API turns these into 4xx.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RejectedInput {
+    #[error("run is already {0}")]
+    RunTerminal(&'static str),
+}
+
+pub struct Engine {
+    settings: EngineSettings,
+}
+
+impl Engine {
+    pub fn new(settings: EngineSettings) -> Self {
+        Engine { settings }
+    }
+
+    pub fn settings(&self) -> &EngineSettings {
+        &self.settings
+    }
+
+    /// Creates a run and launches the steps that need nothing.
+    pub fn submit(
+        &self,
+        id: RunId,
+        pipeline: Arc<Pipeline>,
+        origin: String,
+        fences: &mut FenceCounter,
+        now: Timestamp,
+    ) -> (Run, Effects) {
+        let header = RunHeader {
+            id,
+            pipeline_name: pipeline.name.clone(),
+            origin,
+            state: RunState::Queued,
+            created_at: now,
+            updated_at: now,
+            cancel: None,
+        };
+        let steps = vec![StepProgress::new(); pipeline.steps.len()];
+        let mut run = Run {
+            header,
+            pipeline,
+            steps,
+        };
+        let mut effects = Effects::default();
+        effects.events.push(Event::Submitted {
+            steps: run.steps.len(),
+        });
+        effects.steps_changed.extend(0..run.steps.len());
+        self.advance(&mut run, fences, now, &mut effects);
+        (run, effects)
+    }
+
+    /// Applies one input. Inputs about attempts that are no longer in flight (a duplicate
+    /// verdict, a stale timer) change nothing: delivery is at-least-once.
+    pub fn handle(
+        &self,
+        run: &mut Run,
+        fences: &mut FenceCounter,
+        input: Input,
+        now: Timestamp,
+    ) -> Result<Effects, RejectedInput> {
+        let mut effects = Effects::default();
+        match input {
+            Input::LaunchConfirmed { step, fence } => {
+                self.on_launch_confirmed(run, step, fence, now, &mut effects)
+            }
+            Input::Verdict {
+                step,
+                fence,
+                verdict,
+            } => self.on_verdict(run, step, fence, verdict, now, &mut effects),
+            Input::TimerFired(Timer::RetryDue { step }) => self.on_retry_due(run, step, &mut effects),
+            Input::TimerFired(Timer::Backstop { step, fence }) => {
+                on_backstop(run, step, fence, &mut effects)
+            }
+            Input::Cancel { by } => on_cancel(run, by, now, &mut effects)?,
+        }
+        self.advance(run, fences, now, &mut effects);
+        Ok(effects)
+    }
+
+    fn on_launch_confirmed(
+        &self,
+        run: &mut Run,
+        step: usize,
+        fence: super::Fence,
+        now: Timestamp,
+        effects: &mut Effects,
+    ) {
+        let timeout = run.step_timeout(step, self.settings.default_step_timeout);
+        let Some((index, attempt)) = attempt_by_fence(run, step, fence) else {
+            return;
+        };
+        if attempt.state != AttemptState::Launching {
+            return;
+        }
+        let backstop_due = now.plus(timeout + self.settings.backstop_slack);
+        attempt.state = AttemptState::Running {
+            confirmed_at: now,
+            backstop_due,
+        };
+        let number = attempt.number;
+        effects.attempt_changed(step, index);
+        effects.events.push(Event::AttemptLaunched {
+            step,
+            attempt: number,
+            fence,
+        });
+        effects.intents.push(Intent::ScheduleTimer {
+            due: backstop_due,
+            timer: Timer::Backstop { step, fence },
+        });
+        if run.header.state == RunState::Queued {
+            set_run_state(run, RunState::Running, effects);
+        }
+    }
+
+    fn on_verdict(
+        &self,
+        run: &mut Run,
+        step: usize,
+        fence: super::Fence,
+        verdict: Verdict,
+        now: Timestamp,
+        effects: &mut Effects,
+    ) {
+        let Some((index, attempt)) = attempt_by_fence(run, step, fence) else {
+            return;
+        };
+        if let AttemptState::Running { backstop_due, .. } = attempt.state {
+            effects.intents.push(Intent::CancelTimer {
+                due: backstop_due,
+                timer: Timer::Backstop { step, fence },
+            });
+        } else if attempt.state != AttemptState::Launching {
+            return;
+        }
+        let number = attempt.number;
+        effects.events.push(Event::AttemptFinished {
+            step,
+            attempt: number,
+            fence,
+            class: verdict.class(),
+            reason: verdict.reason.clone(),
+        });
+        let outcome = verdict.outcome.clone();
+        attempt.state = AttemptState::Finished(verdict);
+        effects.attempt_changed(step, index);
+
+        let next = match outcome {
+            Outcome::Succeeded => StepState::Succeeded,
+            _ if run.header.cancel.is_some() => StepState::Cancelled,
+            // Scarab only stops an attempt for a cancel or a timeout; a stop without a
+            // pending cancel means the executor lost track of why: no verdict.
+            Outcome::Stopped => self.after_failure(run, step, super::FailureClass::Lost, now, effects),
+            Outcome::Failed(class) => self.after_failure(run, step, class, now, effects),
+        };
+        set_step_state(run, step, next, effects);
+    }
+
+    /// Retry or give up, per the retry table.
+    fn after_failure(
+        &self,
+        run: &Run,
+        step: usize,
+        class: super::FailureClass,
+        now: Timestamp,
+        effects: &mut Effects,
+    ) -> StepState {
+        let spec = &run.pipeline.steps[step];
+        let attempts_used = u32::try_from(run.steps[step].attempts.len()).unwrap_or(u32::MAX);
+        let infra_retries = self.settings.infra_retries;
+        match retry::decide(class, spec.retry.as_ref(), infra_retries, attempts_used) {
+            Decision::Retry => {
+                let backoff = spec.retry.map(|p| p.backoff).unwrap_or_default();
+                let delay = retry::backoff_delay(
+                    &backoff,
+                    attempts_used,
+                    self.settings.jitter_seed,
+                    run.id(),
+                    step,
+                );
+                let due = retry::retry_due(now, delay);
+                effects.events.push(Event::RetryScheduled { step, due });
+                effects.intents.push(Intent::ScheduleTimer {
+                    due,
+                    timer: Timer::RetryDue { step },
+                });
+                StepState::RetryWaiting { due }
+            }
+            Decision::Failed { reason } => StepState::Failed {
+                reason: reason.to_string(),
+            },
+            Decision::DeadLettered { reason } => StepState::DeadLettered {
+                reason: reason.to_string(),
+            },
+        }
+    }
+
+    fn on_retry_due(&self, run: &mut Run, step: usize, effects: &mut Effects) {
+        let Some(progress) = run.steps.get(step) else {
+            return;
+        };
+        if matches!(progress.state, StepState::RetryWaiting { .. }) && run.header.cancel.is_none() {
+            // `advance` mints the attempt; marking the step pending lets it.
+            set_step_state(run, step, StepState::Pending, effects);
+        }
+    }
+
+    /// Settles everything that follows from the current state: skips dependents of
+    /// failed steps, launches ready steps, and decides the run's outcome.
+    fn advance(&self, run: &mut Run, fences: &mut FenceCounter, now: Timestamp, effects: &mut Effects) {
+        loop {
+            let mut progressed = false;
+            for step in 0..run.steps.len() {
+                if run.steps[step].state != StepState::Pending {
+                    continue;
+                }
+                match readiness(run, step) {
+                    Readiness::Blocked => {}
+                    Readiness::Doomed => {
+                        set_step_state(run, step, StepState::Skipped, effects);
+                        progressed = true;
+                    }
+                    Readiness::Ready if run.header.cancel.is_some() => {
+                        set_step_state(run, step, StepState::Cancelled, effects);
+                        progressed = true;
+                    }
+                    Readiness::Ready => {
+                        self.mint_attempt(run, step, fences, now, effects);
+                        progressed = true;
+                    }
+                }
+            }
+            if !progressed {
+                break;
+            }
+        }
+        if run.steps.iter().all(|s| s.state.is_terminal()) && !run.header.state.is_terminal() {
+            let outcome = run_outcome(run);
+            set_run_state(run, outcome, effects);
+        }
+        run.header.updated_at = now;
+    }
+
+    fn mint_attempt(
+        &self,
+        run: &mut Run,
+        step: usize,
+        fences: &mut FenceCounter,
+        now: Timestamp,
+        effects: &mut Effects,
+    ) {
+        let fence = fences.mint();
+        let spec = &run.pipeline.steps[step];
+        let progress = &mut run.steps[step];
+        let number = u32::try_from(progress.attempts.len() + 1).unwrap_or(u32::MAX);
+        debug_assert!(progress.in_flight().is_none(), "attempts of one step never overlap");
+        progress.attempts.push(Attempt {
+            number,
+            fence,
+            created_at: now,
+            state: AttemptState::Launching,
+            kill: None,
+        });
+        let index = progress.attempts.len() - 1;
+        let StepAction::Local(command) = &spec.action;
+        effects.intents.push(Intent::Launch(LaunchOrder {
+            run: run.header.id,
+            step,
+            step_name: spec.name.clone(),
+            attempt: number,
+            fence,
+            command: command.clone(),
+            timeout: spec.timeout.unwrap_or(self.settings.default_step_timeout),
+        }));
+        effects.attempt_changed(step, index);
+        effects.events.push(Event::AttemptCreated {
+            step,
+            attempt: number,
+            fence,
+        });
+        set_step_state(run, step, StepState::Active, effects);
+    }
+}
+
+fn on_backstop(run: &mut Run, step: usize, fence: super::Fence, effects: &mut Effects) {
+    let Some((index, attempt)) = attempt_by_fence(run, step, fence) else {
+        return;
+    };
+    if !matches!(attempt.state, AttemptState::Running { .. }) || attempt.kill.is_some() {
+        return;
+    }
+    attempt.kill = Some(KillReason::Timeout);
+    effects.attempt_changed(step, index);
+    effects.events.push(Event::KillRequested {
+        step,
+        fence,
+        reason: KillReason::Timeout,
+    });
+    effects.intents.push(Intent::Kill {
+        step,
+        fence,
+        reason: KillReason::Timeout,
+    });
+}
+
+fn on_cancel(run: &mut Run, by: String, now: Timestamp, effects: &mut Effects) -> Result<(), super::RejectedInput> {
+    if run.header.state.is_terminal() {
+        return Err(super::RejectedInput::RunTerminal(run.header.state.as_str()));
+    }
+    if run.header.cancel.is_some() {
+        return Ok(());
+    }
+    run.header.cancel = Some(CancelRequest { by: by.clone(), at: now });
+    effects.events.push(Event::CancelRequested { by });
+    for step in 0..run.steps.len() {
+        match run.steps[step].state {
+            StepState::Pending | StepState::RetryWaiting { .. } => {
+                set_step_state(run, step, StepState::Cancelled, effects);
+            }
+            StepState::Active => request_kill(run, step, KillReason::Cancel, effects),
+            StepState::Succeeded
+            | StepState::Failed { .. }
+            | StepState::DeadLettered { .. }
+            | StepState::Skipped
+            | StepState::Cancelled => {}
+        }
+    }
+    Ok(())
+}
+
+fn request_kill(run: &mut Run, step: usize, reason: KillReason, effects: &mut Effects) {
+    let progress = &mut run.steps[step];
+    let Some(index) = progress.attempts.iter().rposition(Attempt::is_in_flight) else {
+        return;
+    };
+    let attempt = &mut progress.attempts[index];
+    attempt.kill = Some(reason);
+    let fence = attempt.fence;
+    effects.attempt_changed(step, index);
+    effects.events.push(Event::KillRequested { step, fence, reason });
+    effects.intents.push(Intent::Kill { step, fence, reason });
+}
+
+enum Readiness {
+    Blocked,
+    Ready,
+    /// A step it needs ended without success: it can never run.
+    Doomed,
+}
+
+fn readiness(run: &Run, step: usize) -> Readiness {
+    let mut ready = true;
+    for &need in &run.pipeline.steps[step].needs {
+        match run.steps[need].state {
+            StepState::Succeeded => {}
+            StepState::Failed { .. }
+            | StepState::DeadLettered { .. }
+            | StepState::Skipped
+            | StepState::Cancelled => return Readiness::Doomed,
+            StepState::Pending | StepState::Active | StepState::RetryWaiting { .. } => ready = false,
+        }
+    }
+    if ready { Readiness::Ready } else { Readiness::Blocked }
+}
+
+/// §6: dead-lettered if any step is, else failed if any is, else cancelled if a cancel
+/// stopped anything, else succeeded.
+fn run_outcome(run: &Run) -> RunState {
+    let any = |pred: fn(&StepState) -> bool| run.steps.iter().any(|s| pred(&s.state));
+    if any(|s| matches!(s, StepState::DeadLettered { .. })) {
+        RunState::DeadLettered
+    } else if any(|s| matches!(s, StepState::Failed { .. })) {
+        RunState::Failed
+    } else if run.header.cancel.is_some() && any(|s| matches!(s, StepState::Cancelled | StepState::Skipped)) {
+        RunState::Cancelled
+    } else {
+        RunState::Succeeded
+    }
+}
+
+fn attempt_by_fence(run: &mut Run, step: usize, fence: super::Fence) -> Option<(usize, &mut Attempt)> {
+    let progress = run.steps.get_mut(step)?;
+    progress
+        .attempts
+        .iter_mut()
+        .enumerate()
+        .rev()
+        .find(|(_, a)| a.fence == fence)
+}
+
+fn set_step_state(run: &mut Run, step: usize, state: StepState, effects: &mut Effects) {
+    if run.steps[step].state == state {
+        return;
+    }
+    let reason = match &state {
+        StepState::Failed { reason } | StepState::DeadLettered { reason } => Some(reason.clone()),
+        _ => None,
+    };
+    effects.events.push(Event::StepState {
+        step,
+        state: state.as_str(),
+        reason,
+    });
+    run.steps[step].state = state;
+    effects.step_changed(step);
+}
+
+fn set_run_state(run: &mut Run, to: RunState, effects: &mut Effects) {
+    let from = run.header.state;
+    if from == to {
+        return;
+    }
+    run.header.state = to;
+    effects.events.push(Event::RunState { from, to });
+}

@@ -1,0 +1,150 @@
+//! The pure engine (sans-IO): given a run's state, an input and `now`, it decides.
+//!
+//! It never reads a clock, spawns a task, touches a file or a socket. Inputs are one
+//! closed enum; outputs ([`Effects`]) name what changed and what must happen next
+//! (intents), and the driver commits both in one transaction before acting.
+
+pub mod class;
+pub mod classification;
+pub mod ids;
+mod machine;
+pub mod retry;
+pub mod state;
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+pub use class::{FailureClass, Outcome, Verdict};
+pub use classification::{FailureClassification, classify_run};
+pub use ids::{Fence, FenceCounter, RunId, Timestamp};
+pub use machine::{Engine, RejectedInput};
+pub use state::{
+    Attempt, AttemptState, CancelRequest, KillReason, Run, RunHeader, RunState, StepProgress,
+    StepState,
+};
+
+use crate::pipeline::LocalCommand;
+
+/// Settings the engine decides with (the global part of PRODUCT.md §4–§5).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineSettings {
+    /// Step timeout when the step names none.
+    pub default_step_timeout: Duration,
+    /// Never-started retries every step gets, whatever its own policy.
+    pub infra_retries: u32,
+    /// How long past a step's timeout the engine backstop waits for the executor.
+    pub backstop_slack: Duration,
+    /// Seeds retry jitter, so a simulation is reproducible.
+    pub jitter_seed: u64,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        EngineSettings {
+            default_step_timeout: Duration::from_secs(3600),
+            infra_retries: 3,
+            backstop_slack: crate::limits::BACKSTOP_SLACK,
+            jitter_seed: 0x5CA2_AB00,
+        }
+    }
+}
+
+/// Everything that can happen to a run. Closed: the engine matches it exhaustively.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Input {
+    /// The executor has the attempt (the Pod exists, the supervisor runs).
+    LaunchConfirmed { step: usize, fence: Fence },
+    /// The executor's final word on an attempt.
+    Verdict {
+        step: usize,
+        fence: Fence,
+        verdict: Verdict,
+    },
+    TimerFired(Timer),
+    Cancel { by: String },
+}
+
+/// A durable timer's meaning. Its identity (for deletion) is `(due, run, timer)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Timer {
+    /// A step's backoff has elapsed: mint its next attempt.
+    RetryDue { step: usize },
+    /// The engine backstop for an attempt's timeout.
+    Backstop { step: usize, fence: Fence },
+}
+
+/// What a launch needs: everything the executor must know, fixed at minting time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchOrder {
+    pub run: RunId,
+    pub step: usize,
+    pub step_name: String,
+    pub attempt: u32,
+    pub fence: Fence,
+    pub command: LocalCommand,
+    pub timeout: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Intent {
+    Launch(LaunchOrder),
+    Kill {
+        step: usize,
+        fence: Fence,
+        reason: KillReason,
+    },
+    ScheduleTimer {
+        due: Timestamp,
+        timer: Timer,
+    },
+    CancelTimer {
+        due: Timestamp,
+        timer: Timer,
+    },
+}
+
+/// A fact for the run's append-only history.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    Submitted { steps: usize },
+    RunState { from: RunState, to: RunState },
+    AttemptCreated { step: usize, attempt: u32, fence: Fence },
+    AttemptLaunched { step: usize, attempt: u32, fence: Fence },
+    AttemptFinished {
+        step: usize,
+        attempt: u32,
+        fence: Fence,
+        class: Option<FailureClass>,
+        reason: String,
+    },
+    RetryScheduled { step: usize, due: Timestamp },
+    StepState { step: usize, state: &'static str, reason: Option<String> },
+    KillRequested { step: usize, fence: Fence, reason: KillReason },
+    CancelRequested { by: String },
+}
+
+/// The outcome of one input: what changed (for the driver to write) and what to do.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Effects {
+    /// Steps whose `StepState` changed.
+    pub steps_changed: Vec<usize>,
+    /// Attempts (step, index in that step's list) that were created or changed.
+    pub attempts_changed: Vec<(usize, usize)>,
+    pub intents: Vec<Intent>,
+    pub events: Vec<Event>,
+}
+
+impl Effects {
+    fn step_changed(&mut self, step: usize) {
+        if !self.steps_changed.contains(&step) {
+            self.steps_changed.push(step);
+        }
+    }
+
+    fn attempt_changed(&mut self, step: usize, index: usize) {
+        if !self.attempts_changed.contains(&(step, index)) {
+            self.attempts_changed.push((step, index));
+        }
+    }
+}

@@ -1,0 +1,445 @@
+//! Table-driven engine tests on a virtual clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::retry::{self, Decision};
+use super::*;
+use crate::pipeline::{Backoff, LocalCommand, Pipeline, RetryOn, RetryPolicy, Step, StepAction};
+
+const T0: Timestamp = Timestamp(1_000_000);
+
+fn step(name: &str, needs: &[usize], retry: Option<RetryPolicy>) -> Step {
+    Step {
+        name: name.to_string(),
+        needs: needs.to_vec(),
+        timeout: Some(Duration::from_secs(60)),
+        retry,
+        action: StepAction::Local(LocalCommand {
+            argv: vec!["true".into()],
+            env: vec![],
+            workdir: None,
+        }),
+    }
+}
+
+fn policy(on: RetryOn, max: u32) -> RetryPolicy {
+    RetryPolicy {
+        on,
+        max,
+        backoff: Backoff {
+            initial: Duration::from_millis(100),
+            factor: 2.0,
+            max: Duration::from_secs(1),
+        },
+    }
+}
+
+fn verdict(outcome: Outcome) -> Verdict {
+    Verdict {
+        started: !matches!(
+            outcome,
+            Outcome::Failed(FailureClass::InfraNeverStarted | FailureClass::Config)
+        ),
+        reason: format!("{outcome:?}"),
+        exit_code: None,
+        started_at: None,
+        finished_at: T0,
+        outcome,
+    }
+}
+
+struct Sim {
+    engine: Engine,
+    fences: FenceCounter,
+    run: Run,
+    now: Timestamp,
+    intents: Vec<Intent>,
+}
+
+impl Sim {
+    fn new(steps: Vec<Step>) -> Sim {
+        let engine = Engine::new(EngineSettings::default());
+        let mut fences = FenceCounter::starting_at(41);
+        let pipeline = Arc::new(Pipeline {
+            name: "p".into(),
+            steps,
+        });
+        let (run, effects) = engine.submit(RunId(7), pipeline, "local".into(), &mut fences, T0);
+        Sim {
+            engine,
+            fences,
+            run,
+            now: T0,
+            intents: effects.intents,
+        }
+    }
+
+    fn input(&mut self, input: Input) -> Effects {
+        let effects = self
+            .engine
+            .handle(&mut self.run, &mut self.fences, input, self.now)
+            .expect("input accepted");
+        self.intents.extend(effects.intents.clone());
+        effects
+    }
+
+    fn current_fence(&self, step: usize) -> Fence {
+        self.run.steps[step].attempts.last().expect("an attempt").fence
+    }
+
+    /// Confirms the launch of `step`'s current attempt and finishes it with `outcome`.
+    fn finish(&mut self, step: usize, outcome: Outcome) -> Effects {
+        let fence = self.current_fence(step);
+        self.input(Input::LaunchConfirmed { step, fence });
+        self.input(Input::Verdict {
+            step,
+            fence,
+            verdict: verdict(outcome),
+        })
+    }
+
+    /// Fires the retry timer of `step` if one is pending; true if it was.
+    fn fire_retry(&mut self, step: usize) -> bool {
+        let StepState::RetryWaiting { due } = self.run.steps[step].state else {
+            return false;
+        };
+        self.now = due;
+        self.input(Input::TimerFired(Timer::RetryDue { step }));
+        true
+    }
+}
+
+fn on(names: &[&str]) -> RetryOn {
+    let mut on = RetryOn::default();
+    for name in names {
+        match *name {
+            "failure" => on = RetryOn::FAILURE,
+            "step" => on.step = true,
+            "timeout" => on.timeout = true,
+            "infra" => on.infra = true,
+            "lost" => on.lost = true,
+            other => panic!("unknown retry.on {other}"),
+        }
+    }
+    on
+}
+
+/// Every class × `retry.on` × budget: the number of attempts made when every attempt
+/// fails with that class, and the resulting step and run state.
+#[test]
+fn retry_table_every_class_on_and_budget() {
+    use FailureClass::*;
+    // (class, retry.on, retry.max or None, expected attempts, expected terminal reason)
+    let cases: &[(FailureClass, &[&str], Option<u32>, u32, &str)] = &[
+        // Never started: retried up to max(retry.max, infra_retries = 3), whatever `on`.
+        (InfraNeverStarted, &[], None, 4, "dead_lettered"),
+        (InfraNeverStarted, &["step"], Some(1), 4, "dead_lettered"),
+        (InfraNeverStarted, &["step"], Some(5), 6, "dead_lettered"),
+        (InfraNeverStarted, &["failure"], Some(0), 4, "dead_lettered"),
+        // Config: never retried.
+        (Config, &[], None, 1, "failed"),
+        (Config, &["failure"], Some(5), 1, "failed"),
+        // Post-start infra: only with `infra` (or `failure`).
+        (InfraPostStart, &[], None, 1, "dead_lettered"),
+        (InfraPostStart, &["step"], Some(2), 1, "dead_lettered"),
+        (InfraPostStart, &["infra"], Some(2), 3, "dead_lettered"),
+        (InfraPostStart, &["failure"], Some(1), 2, "dead_lettered"),
+        (InfraPostStart, &["infra"], Some(0), 1, "dead_lettered"),
+        // Step: only with `step`.
+        (Step, &[], None, 1, "failed"),
+        (Step, &["timeout"], Some(2), 1, "failed"),
+        (Step, &["step"], Some(2), 3, "failed"),
+        (Step, &["failure"], Some(3), 4, "failed"),
+        (Step, &["step", "lost"], Some(0), 1, "failed"),
+        // Timeout: only with `timeout`.
+        (Timeout, &[], None, 1, "failed"),
+        (Timeout, &["step"], Some(2), 1, "failed"),
+        (Timeout, &["timeout"], Some(2), 3, "failed"),
+        (Timeout, &["failure"], Some(1), 2, "failed"),
+        // Lost: only with `lost`.
+        (Lost, &[], None, 1, "dead_lettered"),
+        (Lost, &["infra"], Some(2), 1, "dead_lettered"),
+        (Lost, &["lost"], Some(2), 3, "dead_lettered"),
+        (Lost, &["failure"], Some(20), 21, "dead_lettered"),
+    ];
+    for &(class, on_names, max, expected_attempts, expected_state) in cases {
+        let retry = max.map(|m| policy(on(on_names), m));
+        let mut sim = Sim::new(vec![step("s", &[], retry)]);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            sim.finish(0, Outcome::Failed(class));
+            if !sim.fire_retry(0) {
+                break;
+            }
+        }
+        let case = format!("{class} on={on_names:?} max={max:?}");
+        assert_eq!(attempts, expected_attempts, "{case}: attempts");
+        assert_eq!(sim.run.steps[0].attempts.len() as u32, expected_attempts, "{case}");
+        assert_eq!(sim.run.steps[0].state.as_str(), expected_state, "{case}: step state");
+        assert_eq!(sim.run.header.state.as_str(), expected_state, "{case}: run state");
+        let fences: Vec<u64> = sim.run.steps[0].attempts.iter().map(|a| a.fence.0).collect();
+        assert!(fences.windows(2).all(|w| w[0] < w[1]), "{case}: fences {fences:?}");
+        let numbers: Vec<u32> = sim.run.steps[0].attempts.iter().map(|a| a.number).collect();
+        assert_eq!(numbers, (1..=expected_attempts).collect::<Vec<_>>(), "{case}");
+    }
+}
+
+#[test]
+fn terminal_reasons_follow_the_table() {
+    use FailureClass::*;
+    let table = [
+        (InfraNeverStarted, "dead", "InfraRetriesExhausted"),
+        (Config, "failed", "ConfigError"),
+        (InfraPostStart, "dead", "InfraPostStart"),
+        (Step, "failed", "StepFailed"),
+        (Timeout, "failed", "TimedOut"),
+        (Lost, "dead", "Lost"),
+    ];
+    for (class, kind, reason) in table {
+        let expected = if kind == "dead" {
+            Decision::DeadLettered { reason }
+        } else {
+            Decision::Failed { reason }
+        };
+        assert_eq!(retry::terminal(class), expected, "{class}");
+    }
+}
+
+#[test]
+fn budget_is_shared_across_classes() {
+    // A step retried on `step` with max 2 whose failures alternate with never-started
+    // ones: every retry consumes the same attempt counter.
+    let mut sim = Sim::new(vec![step("s", &[], Some(policy(on(&["step"]), 2)))]);
+    sim.finish(0, Outcome::Failed(FailureClass::InfraNeverStarted));
+    assert!(sim.fire_retry(0));
+    sim.finish(0, Outcome::Failed(FailureClass::Step));
+    assert!(sim.fire_retry(0));
+    sim.finish(0, Outcome::Failed(FailureClass::Step));
+    // Three attempts used: `step` allows 2 retries, so no more.
+    assert!(!sim.fire_retry(0));
+    assert_eq!(sim.run.header.state, RunState::Failed);
+    assert_eq!(sim.run.steps[0].attempts.len(), 3);
+}
+
+#[test]
+fn success_after_retries_and_dag_order() {
+    let mut sim = Sim::new(vec![
+        step("a", &[], Some(policy(on(&["step"]), 2))),
+        step("b", &[0], None),
+        step("c", &[0], None),
+        step("d", &[1, 2], None),
+    ]);
+    assert_eq!(sim.run.header.state, RunState::Queued);
+    assert_eq!(launches(&sim.intents), vec![0]);
+    sim.finish(0, Outcome::Failed(FailureClass::Step));
+    assert!(sim.fire_retry(0));
+    sim.finish(0, Outcome::Succeeded);
+    assert_eq!(sim.run.header.state, RunState::Running);
+    assert_eq!(launches(&sim.intents), vec![0, 0, 1, 2]);
+    sim.finish(1, Outcome::Succeeded);
+    assert_eq!(launches(&sim.intents).len(), 4, "d waits for c");
+    sim.finish(2, Outcome::Succeeded);
+    sim.finish(3, Outcome::Succeeded);
+    assert_eq!(sim.run.header.state, RunState::Succeeded);
+    assert_eq!(classify_run(&sim.run), None);
+}
+
+#[test]
+fn dependents_of_a_failed_step_are_skipped_and_independent_ones_finish() {
+    let mut sim = Sim::new(vec![
+        step("a", &[], None),
+        step("b", &[0], None),
+        step("c", &[], None),
+        step("d", &[1], None),
+    ]);
+    sim.finish(0, Outcome::Failed(FailureClass::Step));
+    assert_eq!(sim.run.steps[1].state, StepState::Skipped);
+    assert_eq!(sim.run.steps[3].state, StepState::Skipped);
+    assert_eq!(sim.run.header.state, RunState::Running, "c still runs");
+    sim.finish(2, Outcome::Succeeded);
+    assert_eq!(sim.run.header.state, RunState::Failed);
+    let classification = classify_run(&sim.run).expect("classified");
+    assert_eq!(classification.category, "step");
+    assert_eq!(classification.step.as_deref(), Some("a"));
+}
+
+#[test]
+fn dead_lettered_beats_failed() {
+    let mut sim = Sim::new(vec![step("a", &[], None), step("b", &[], None)]);
+    sim.finish(0, Outcome::Failed(FailureClass::Step));
+    sim.finish(1, Outcome::Failed(FailureClass::InfraPostStart));
+    assert_eq!(sim.run.header.state, RunState::DeadLettered);
+    let classification = classify_run(&sim.run).expect("classified");
+    assert_eq!(classification.category, "infra_post_start");
+    assert!(!classification.auto_retryable);
+}
+
+#[test]
+fn never_started_exhaustion_is_auto_retryable_for_local_origin() {
+    let mut sim = Sim::new(vec![step("a", &[], None)]);
+    loop {
+        sim.finish(0, Outcome::Failed(FailureClass::InfraNeverStarted));
+        if !sim.fire_retry(0) {
+            break;
+        }
+    }
+    let classification = classify_run(&sim.run).expect("classified");
+    assert_eq!(classification.category, "infra_never_started");
+    assert!(classification.auto_retryable);
+}
+
+#[test]
+fn backstop_kills_a_running_attempt_once_and_stale_timers_do_nothing() {
+    let mut sim = Sim::new(vec![step("a", &[], None)]);
+    let fence = sim.current_fence(0);
+    let effects = sim.input(Input::LaunchConfirmed { step: 0, fence });
+    let due = match effects.intents.as_slice() {
+        [Intent::ScheduleTimer { due, timer }] => {
+            assert_eq!(*timer, Timer::Backstop { step: 0, fence });
+            *due
+        }
+        other => panic!("expected one backstop timer, got {other:?}"),
+    };
+    assert_eq!(due, T0.plus(Duration::from_secs(60) + crate::limits::BACKSTOP_SLACK));
+    sim.now = due;
+    let effects = sim.input(Input::TimerFired(Timer::Backstop { step: 0, fence }));
+    assert_eq!(
+        effects.intents,
+        vec![Intent::Kill {
+            step: 0,
+            fence,
+            reason: KillReason::Timeout
+        }]
+    );
+    let again = sim.input(Input::TimerFired(Timer::Backstop { step: 0, fence }));
+    assert!(again.intents.is_empty(), "a second firing kills nothing");
+    sim.input(Input::Verdict {
+        step: 0,
+        fence,
+        verdict: verdict(Outcome::Failed(FailureClass::Timeout)),
+    });
+    assert_eq!(sim.run.steps[0].state, StepState::Failed { reason: "TimedOut".into() });
+    let stale = sim.input(Input::TimerFired(Timer::Backstop { step: 0, fence }));
+    assert!(stale.intents.is_empty() && stale.events.is_empty());
+}
+
+#[test]
+fn verdict_cancels_the_backstop_and_duplicates_are_ignored() {
+    let mut sim = Sim::new(vec![step("a", &[], None)]);
+    let effects = sim.finish(0, Outcome::Succeeded);
+    assert!(
+        effects
+            .intents
+            .iter()
+            .any(|i| matches!(i, Intent::CancelTimer { timer: Timer::Backstop { .. }, .. }))
+    );
+    let fence = sim.current_fence(0);
+    let duplicate = sim.input(Input::Verdict {
+        step: 0,
+        fence,
+        verdict: verdict(Outcome::Failed(FailureClass::Step)),
+    });
+    assert!(duplicate.events.is_empty());
+    assert_eq!(sim.run.header.state, RunState::Succeeded);
+}
+
+#[test]
+fn no_overlapping_attempts_retry_waits_for_the_verdict_and_the_timer() {
+    let mut sim = Sim::new(vec![step("a", &[], Some(policy(RetryOn::FAILURE, 3)))]);
+    let first = sim.current_fence(0);
+    sim.input(Input::LaunchConfirmed { step: 0, fence: first });
+    sim.now = T0.plus(Duration::from_secs(3600));
+    sim.input(Input::TimerFired(Timer::Backstop { step: 0, fence: first }));
+    // Killed but no verdict yet: no second attempt may exist.
+    assert_eq!(sim.run.steps[0].attempts.len(), 1);
+    sim.input(Input::Verdict {
+        step: 0,
+        fence: first,
+        verdict: verdict(Outcome::Failed(FailureClass::Timeout)),
+    });
+    assert_eq!(sim.run.steps[0].attempts.len(), 1, "the retry waits for its backoff");
+    assert!(sim.fire_retry(0));
+    assert_eq!(sim.run.steps[0].attempts.len(), 2);
+    assert!(sim.current_fence(0) > first);
+}
+
+#[test]
+fn cancel_kills_in_flight_cancels_pending_and_ends_cancelled() {
+    let mut sim = Sim::new(vec![step("a", &[], None), step("b", &[0], None)]);
+    let fence = sim.current_fence(0);
+    sim.input(Input::LaunchConfirmed { step: 0, fence });
+    let effects = sim.input(Input::Cancel { by: "alice".into() });
+    assert!(effects.intents.contains(&Intent::Kill {
+        step: 0,
+        fence,
+        reason: KillReason::Cancel
+    }));
+    assert_eq!(sim.run.steps[1].state, StepState::Cancelled);
+    assert_eq!(sim.run.header.state, RunState::Running, "until the kill is confirmed");
+    sim.input(Input::Verdict {
+        step: 0,
+        fence,
+        verdict: verdict(Outcome::Stopped),
+    });
+    assert_eq!(sim.run.header.state, RunState::Cancelled);
+    assert_eq!(classify_run(&sim.run).expect("classified").category, "cancelled");
+    let rejected = sim.engine.handle(
+        &mut sim.run,
+        &mut sim.fences,
+        Input::Cancel { by: "bob".into() },
+        sim.now,
+    );
+    assert_eq!(rejected, Err(RejectedInput::RunTerminal("cancelled")));
+}
+
+#[test]
+fn cancel_during_backoff_stops_the_retry() {
+    let mut sim = Sim::new(vec![step("a", &[], Some(policy(on(&["step"]), 3)))]);
+    sim.finish(0, Outcome::Failed(FailureClass::Step));
+    sim.input(Input::Cancel { by: "alice".into() });
+    assert_eq!(sim.run.header.state, RunState::Cancelled);
+    sim.input(Input::TimerFired(Timer::RetryDue { step: 0 }));
+    assert_eq!(sim.run.steps[0].attempts.len(), 1);
+}
+
+#[test]
+fn backoff_grows_caps_and_jitters_deterministically() {
+    let backoff = Backoff {
+        initial: Duration::from_secs(10),
+        factor: 2.0,
+        max: Duration::from_secs(600),
+    };
+    for retry_number in 1..=12u32 {
+        let delay = retry::backoff_delay(&backoff, retry_number, 1, RunId(9), 0);
+        let exponent = i32::try_from(retry_number - 1).expect("small");
+        let nominal = (10.0 * 2f64.powi(exponent)).min(600.0);
+        let seconds = delay.as_secs_f64();
+        assert!(seconds >= nominal / 2.0 - 1e-9 && seconds <= nominal + 1e-9, "{retry_number}: {seconds}");
+        assert_eq!(delay, retry::backoff_delay(&backoff, retry_number, 1, RunId(9), 0));
+    }
+    let a = retry::backoff_delay(&backoff, 3, 1, RunId(9), 0);
+    let b = retry::backoff_delay(&backoff, 3, 2, RunId(9), 0);
+    assert_ne!(a, b, "the seed changes the jitter");
+}
+
+#[test]
+fn fences_strictly_increase_across_runs_and_raise_above_seen() {
+    let mut fences = FenceCounter::starting_at(0);
+    assert_eq!(fences.mint(), Fence(1));
+    fences.raise_above(Fence(100));
+    assert_eq!(fences.mint(), Fence(101));
+    fences.raise_above(Fence(5));
+    assert_eq!(fences.mint(), Fence(102));
+}
+
+fn launches(intents: &[Intent]) -> Vec<usize> {
+    intents
+        .iter()
+        .filter_map(|i| match i {
+            Intent::Launch(order) => Some(order.step),
+            _ => None,
+        })
+        .collect()
+}

@@ -1,0 +1,77 @@
+//! Every bound Scarab enforces, in one place (docs/limits.md lists them for users).
+//!
+//! Hitting one of these is a handled, reported error naming the limit, never a panic.
+
+use std::time::Duration;
+
+// --- The pipeline file -------------------------------------------------------------
+
+/// Largest pipeline document accepted (YAML or JSON), in bytes.
+pub const PIPELINE_MAX_BYTES: usize = 256 * 1024;
+/// Largest YAML nesting depth.
+pub const PIPELINE_MAX_DEPTH: usize = 32;
+pub const PIPELINE_NAME_MAX_CHARS: usize = 100;
+pub const STEPS_MAX: usize = 100;
+/// Step names: `[A-Za-z0-9_-]`, at most this many characters.
+pub const STEP_NAME_MAX_CHARS: usize = 63;
+pub const ARGV_MAX_ITEMS: usize = 256;
+pub const ARGV_ITEM_MAX_BYTES: usize = 4096;
+pub const ARGV_TOTAL_MAX_BYTES: usize = 64 * 1024;
+pub const ENV_MAX_VARS: usize = 100;
+pub const ENV_NAME_MAX_BYTES: usize = 128;
+pub const ENV_VALUE_MAX_BYTES: usize = 4096;
+pub const ENV_TOTAL_MAX_BYTES: usize = 64 * 1024;
+pub const WORKDIR_MAX_BYTES: usize = 4096;
+pub const STEP_TIMEOUT_MIN: Duration = Duration::from_secs(1);
+pub const STEP_TIMEOUT_MAX: Duration = Duration::from_secs(7 * 24 * 3600);
+/// `retry.max`: retries, so at most this plus one attempts by the author's policy.
+pub const RETRY_MAX: u32 = 20;
+pub const BACKOFF_INITIAL_MIN: Duration = Duration::from_millis(10);
+pub const BACKOFF_MAX_MAX: Duration = Duration::from_secs(24 * 3600);
+pub const BACKOFF_FACTOR_MIN: f64 = 1.0;
+pub const BACKOFF_FACTOR_MAX: f64 = 10.0;
+
+// --- The HTTP API ------------------------------------------------------------------
+
+/// Request bodies above this are refused with 413.
+pub const API_BODY_MAX_BYTES: usize = 1024 * 1024;
+pub const API_PAGE_DEFAULT: usize = 50;
+pub const API_PAGE_MAX: usize = 500;
+pub const IDEMPOTENCY_KEY_MAX_BYTES: usize = 200;
+pub const HISTORY_PAGE_MAX: usize = 1000;
+/// Largest slice of a step log returned by one request.
+pub const LOG_CHUNK_MAX_BYTES: u64 = 1024 * 1024;
+pub const ORIGIN_MAX_BYTES: usize = 100;
+
+// --- The engine and the driver -----------------------------------------------------
+
+/// Inputs folded into one write transaction (group commit).
+pub const COMMIT_BATCH_MAX: usize = 512;
+/// Queued inputs before submitters wait (backpressure).
+pub const INPUT_QUEUE_MAX: usize = 8192;
+/// Due timers fired per transaction.
+pub const TIMER_BATCH_MAX: usize = 512;
+/// Global bound on never-started retries regardless of the step's own policy.
+pub const INFRA_RETRIES_MAX: u32 = 20;
+/// History events kept per run; beyond it the oldest are not dropped but new ones
+/// stop being recorded, and the run says so.
+pub const HISTORY_EVENTS_PER_RUN_MAX: u32 = 10_000;
+
+// --- The outbox --------------------------------------------------------------------
+
+/// Messages read per dispatcher pass.
+pub const OUTBOX_BATCH_MAX: usize = 512;
+/// Deliveries in flight at once.
+pub const OUTBOX_CONCURRENCY_MAX: usize = 256;
+pub const OUTBOX_BACKOFF_INITIAL: Duration = Duration::from_millis(200);
+pub const OUTBOX_BACKOFF_MAX: Duration = Duration::from_secs(60);
+pub const OUTBOX_ERROR_MAX_BYTES: usize = 2048;
+
+// --- The local executor ------------------------------------------------------------
+
+/// Grace between SIGTERM and SIGKILL when Scarab stops a step.
+pub const KILL_GRACE: Duration = Duration::from_secs(5);
+/// Extra time the engine backstop allows past a step's timeout before it steps in.
+pub const BACKSTOP_SLACK: Duration = Duration::from_secs(30);
+/// Verdict reasons and messages are cut to this length.
+pub const REASON_MAX_BYTES: usize = 1024;

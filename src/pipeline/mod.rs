@@ -1,0 +1,97 @@
+//! The pipeline file (PRODUCT.md §2): parsing, validation and the validated, plain types
+//! the engine consumes.
+//!
+//! `doc` holds the serde/schemars document types (the wire format, the JSON Schema's
+//! source); `parse` turns YAML or JSON text into a [`Pipeline`] or into *every* error at
+//! once, each naming its field path and, for YAML, its line. The types below carry no
+//! serde: they are what a valid document means.
+
+pub mod doc;
+mod parse;
+
+use std::time::Duration;
+
+pub use parse::{FieldError, Format, ParseOutcome, parse, retry_warning};
+
+/// A validated pipeline. Step `needs` are indices into `steps`, and the graph is acyclic.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pipeline {
+    pub name: String,
+    pub steps: Vec<Step>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    pub name: String,
+    /// Indices of the steps this one needs, each smaller or greater than its own index
+    /// (any order is allowed in the file), never itself.
+    pub needs: Vec<usize>,
+    /// `None` means the global default step timeout applies.
+    pub timeout: Option<Duration>,
+    pub retry: Option<RetryPolicy>,
+    pub action: StepAction,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum StepAction {
+    Local(LocalCommand),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct LocalCommand {
+    /// `argv[0]` is the program; never interpreted by a shell.
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub workdir: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryPolicy {
+    pub on: RetryOn,
+    /// Number of retries: at most `max + 1` attempts.
+    pub max: u32,
+    pub backoff: Backoff,
+}
+
+/// Which post-start classes a step's author declared safe to re-run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RetryOn {
+    pub step: bool,
+    pub timeout: bool,
+    /// `infra_post_start`. Never-started infra is retried whatever `on` says.
+    pub infra: bool,
+    pub lost: bool,
+}
+
+impl RetryOn {
+    /// `on: failure`: every post-start class.
+    pub const FAILURE: RetryOn = RetryOn {
+        step: true,
+        timeout: true,
+        infra: true,
+        lost: true,
+    };
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Backoff {
+    pub initial: Duration,
+    pub factor: f64,
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_secs(10),
+            factor: 2.0,
+            max: Duration::from_secs(600),
+        }
+    }
+}
+
+impl Pipeline {
+    pub fn step_index(&self, name: &str) -> Option<usize> {
+        self.steps.iter().position(|s| s.name == name)
+    }
+}

@@ -1,0 +1,483 @@
+//! The redb store: every table, index and the schema version declared in one place, and
+//! typed transactions over them. One file holds the whole state.
+//!
+//! Writes go through [`WriteTx`], whose `commit` is durable (`Durability::Immediate`)
+//! before it returns: a state change and its outbox messages land together or not at all.
+
+pub mod codec;
+pub mod records;
+
+use std::path::Path;
+
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+
+use crate::engine::{Attempt, Fence, RunHeader, RunId, RunState, StepProgress, StepState, Timestamp};
+use records::{HistoryRecord, OutboxMessage, PipelineSource, StoredRun, TimerKey, TimerKind};
+
+/// Bumped when a table's layout or a record's meaning changes; `migrate` upgrades.
+pub const SCHEMA_VERSION: u32 = 1;
+
+type TimerKeyTuple = (u64, u128, u16, u8, u64);
+
+/// Small singletons: schema version, fence counter, outbox id counter.
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// RunId → `RunHeader`.
+const RUNS: TableDefinition<u128, &[u8]> = TableDefinition::new("runs");
+/// RunId → `PipelineSource`, written once per run.
+const PIPELINES: TableDefinition<u128, &[u8]> = TableDefinition::new("pipelines");
+/// (run, step index) → `StepState`.
+const STEPS: TableDefinition<(u128, u16), &[u8]> = TableDefinition::new("steps");
+/// (run, step index, attempt number) → `Attempt`.
+const ATTEMPTS: TableDefinition<(u128, u16, u32), &[u8]> = TableDefinition::new("attempts");
+/// Index of attempts not yet finished: fence → (run, step, attempt number).
+const INFLIGHT: TableDefinition<u64, (u128, u16, u32)> = TableDefinition::new("inflight_attempts");
+/// Index of runs by (state code, updated ms, run).
+const RUNS_BY_STATE: TableDefinition<(u8, u64, u128), ()> = TableDefinition::new("runs_by_state");
+/// Durable timers, keyed by due time first.
+const TIMERS: TableDefinition<TimerKeyTuple, ()> = TableDefinition::new("timers");
+/// Outbox message id → `OutboxMessage`.
+const OUTBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox");
+/// Index of outbox messages by (next delivery ms, id).
+const OUTBOX_DUE: TableDefinition<(u64, u64), ()> = TableDefinition::new("outbox_due");
+/// Append-only history: (run, sequence) → `HistoryRecord`.
+const HISTORY: TableDefinition<(u128, u32), &[u8]> = TableDefinition::new("history");
+/// Idempotency-Key → run.
+const IDEMPOTENCY: TableDefinition<&str, u128> = TableDefinition::new("idempotency_keys");
+
+const META_SCHEMA_VERSION: &str = "schema_version";
+const META_FENCE_NEXT: &str = "fence_next";
+const META_OUTBOX_NEXT: &str = "outbox_next";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("store: {0}")]
+    Redb(#[from] redb::Error),
+    #[error("store record: {0}")]
+    Codec(#[from] codec::CodecError),
+    #[error("store schema version {found} is newer than this build ({SCHEMA_VERSION}); upgrade scarab")]
+    SchemaTooNew { found: u64 },
+    #[error("store is inconsistent: {0}")]
+    Corrupt(String),
+}
+
+macro_rules! redb_into_store_error {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(error: $t) -> Self {
+                StoreError::Redb(error.into())
+            }
+        }
+    )*};
+}
+redb_into_store_error!(
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    redb::SetDurabilityError
+);
+
+pub struct Store {
+    db: Database,
+}
+
+impl Store {
+    /// Opens (or creates) the store, creates missing tables and migrates older schemas.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let db = Database::builder().create(path)?;
+        let store = Store { db };
+        store.initialize()?;
+        Ok(store)
+    }
+
+    fn initialize(&self) -> Result<(), StoreError> {
+        let mut tx = self.write()?;
+        {
+            let t = &tx.inner;
+            t.open_table(RUNS)?;
+            t.open_table(PIPELINES)?;
+            t.open_table(STEPS)?;
+            t.open_table(ATTEMPTS)?;
+            t.open_table(INFLIGHT)?;
+            t.open_table(RUNS_BY_STATE)?;
+            t.open_table(TIMERS)?;
+            t.open_table(OUTBOX)?;
+            t.open_table(OUTBOX_DUE)?;
+            t.open_table(HISTORY)?;
+            t.open_table(IDEMPOTENCY)?;
+        }
+        let found = tx.meta(META_SCHEMA_VERSION)?;
+        match found {
+            None => tx.set_meta(META_SCHEMA_VERSION, u64::from(SCHEMA_VERSION))?,
+            Some(v) if v > u64::from(SCHEMA_VERSION) => return Err(StoreError::SchemaTooNew { found: v }),
+            Some(v) => migrate(&mut tx, v)?,
+        }
+        tx.commit()
+    }
+
+    pub fn write(&self) -> Result<WriteTx, StoreError> {
+        let mut inner = self.db.begin_write()?;
+        // Spelled out: a commit is on disk before `commit` returns.
+        inner.set_durability(Durability::Immediate)?;
+        Ok(WriteTx { inner })
+    }
+
+    pub fn read(&self) -> Result<ReadTx, StoreError> {
+        Ok(ReadTx {
+            inner: self.db.begin_read()?,
+        })
+    }
+}
+
+/// The migration hook: upgrades a store written by an older schema, inside the opening
+/// transaction. Version 1 is the first; there is nothing older to upgrade yet.
+fn migrate(tx: &mut WriteTx, from: u64) -> Result<(), StoreError> {
+    if from < u64::from(SCHEMA_VERSION) {
+        tx.set_meta(META_SCHEMA_VERSION, u64::from(SCHEMA_VERSION))?;
+    }
+    Ok(())
+}
+
+pub struct WriteTx {
+    inner: redb::WriteTransaction,
+}
+
+impl WriteTx {
+    pub fn commit(self) -> Result<(), StoreError> {
+        self.inner.commit()?;
+        Ok(())
+    }
+
+    fn meta(&self, key: &str) -> Result<Option<u64>, StoreError> {
+        let table = self.inner.open_table(META)?;
+        Ok(table.get(key)?.map(|v| v.value()))
+    }
+
+    fn set_meta(&mut self, key: &str, value: u64) -> Result<(), StoreError> {
+        self.inner.open_table(META)?.insert(key, value)?;
+        Ok(())
+    }
+
+    /// The next fence to mint (the durable counter).
+    pub fn fence_next(&self) -> Result<u64, StoreError> {
+        Ok(self.meta(META_FENCE_NEXT)?.unwrap_or(1))
+    }
+
+    /// Fences only go up: lowering the counter is refused.
+    pub fn set_fence_next(&mut self, next: u64) -> Result<(), StoreError> {
+        let current = self.fence_next()?;
+        if next < current {
+            return Err(StoreError::Corrupt(format!(
+                "fence counter would go down from {current} to {next}"
+            )));
+        }
+        self.set_meta(META_FENCE_NEXT, next)
+    }
+
+    pub fn put_pipeline(&mut self, run: RunId, source: &PipelineSource) -> Result<(), StoreError> {
+        self.inner.open_table(PIPELINES)?.insert(run.0, codec::encode(source)?.as_slice())?;
+        Ok(())
+    }
+
+    /// Writes a run header and keeps the state index in step. `previous` is the header's
+    /// (state, updated_at) as last stored, `None` for a new run.
+    pub fn put_run(&mut self, header: &RunHeader, previous: Option<(RunState, Timestamp)>) -> Result<(), StoreError> {
+        let mut by_state = self.inner.open_table(RUNS_BY_STATE)?;
+        if let Some((state, updated)) = previous {
+            by_state.remove((state.code(), updated.0, header.id.0))?;
+        }
+        by_state.insert((header.state.code(), header.updated_at.0, header.id.0), ())?;
+        self.inner.open_table(RUNS)?.insert(header.id.0, codec::encode(header)?.as_slice())?;
+        Ok(())
+    }
+
+    pub fn put_step(&mut self, run: RunId, step: usize, state: &StepState) -> Result<(), StoreError> {
+        let key = (run.0, step_key(step)?);
+        self.inner.open_table(STEPS)?.insert(key, codec::encode(state)?.as_slice())?;
+        Ok(())
+    }
+
+    /// Writes an attempt and keeps the in-flight index in step.
+    pub fn put_attempt(&mut self, run: RunId, step: usize, attempt: &Attempt) -> Result<(), StoreError> {
+        let step = step_key(step)?;
+        let mut inflight = self.inner.open_table(INFLIGHT)?;
+        if attempt.is_in_flight() {
+            inflight.insert(attempt.fence.0, (run.0, step, attempt.number))?;
+        } else {
+            inflight.remove(attempt.fence.0)?;
+        }
+        let key = (run.0, step, attempt.number);
+        self.inner.open_table(ATTEMPTS)?.insert(key, codec::encode(attempt)?.as_slice())?;
+        Ok(())
+    }
+
+    pub fn append_history(&mut self, run: RunId, record: &HistoryRecord) -> Result<bool, StoreError> {
+        let mut history = self.inner.open_table(HISTORY)?;
+        let next = match history.range((run.0, 0)..=(run.0, u32::MAX))?.next_back() {
+            Some(entry) => entry?.0.value().1 + 1,
+            None => 0,
+        };
+        if next >= crate::limits::HISTORY_EVENTS_PER_RUN_MAX {
+            return Ok(false);
+        }
+        history.insert((run.0, next), codec::encode(record)?.as_slice())?;
+        Ok(true)
+    }
+
+    pub fn insert_timer(&mut self, key: TimerKey) -> Result<(), StoreError> {
+        self.inner.open_table(TIMERS)?.insert(timer_tuple(key), ())?;
+        Ok(())
+    }
+
+    pub fn delete_timer(&mut self, key: TimerKey) -> Result<bool, StoreError> {
+        Ok(self.inner.open_table(TIMERS)?.remove(timer_tuple(key))?.is_some())
+    }
+
+    /// Removes and returns up to `limit` timers due at or before `now`, earliest first.
+    pub fn take_due_timers(&mut self, now: Timestamp, limit: usize) -> Result<Vec<TimerKey>, StoreError> {
+        let mut timers = self.inner.open_table(TIMERS)?;
+        let mut due = Vec::new();
+        for entry in timers.range(..=(now.0, u128::MAX, u16::MAX, u8::MAX, u64::MAX))?.take(limit) {
+            let tuple = entry?.0.value();
+            due.push(tuple);
+        }
+        for tuple in &due {
+            timers.remove(*tuple)?;
+        }
+        due.into_iter().map(timer_from_tuple).collect()
+    }
+
+    /// Adds a message with a fresh id; returns the id.
+    pub fn outbox_insert(&mut self, mut message: OutboxMessage) -> Result<u64, StoreError> {
+        let id = self.meta(META_OUTBOX_NEXT)?.unwrap_or(1);
+        self.set_meta(META_OUTBOX_NEXT, id + 1)?;
+        message.id = id;
+        self.outbox_put(&message, None)?;
+        Ok(id)
+    }
+
+    /// Rewrites a message (after a failed delivery), moving it in the due index.
+    pub fn outbox_put(&mut self, message: &OutboxMessage, previous_next_at: Option<Timestamp>) -> Result<(), StoreError> {
+        let mut due = self.inner.open_table(OUTBOX_DUE)?;
+        if let Some(previous) = previous_next_at {
+            due.remove((previous.0, message.id))?;
+        }
+        due.insert((message.next_at.0, message.id), ())?;
+        self.inner.open_table(OUTBOX)?.insert(message.id, codec::encode(message)?.as_slice())?;
+        Ok(())
+    }
+
+    pub fn outbox_get(&self, id: u64) -> Result<Option<OutboxMessage>, StoreError> {
+        let table = self.inner.open_table(OUTBOX)?;
+        let value = table.get(id)?;
+        value.map(|v| codec::decode(v.value()).map_err(StoreError::from)).transpose()
+    }
+
+    /// Deletes a delivered message; returns it if it was still there.
+    pub fn outbox_delete(&mut self, id: u64) -> Result<Option<OutboxMessage>, StoreError> {
+        let Some(message) = self.outbox_get(id)? else {
+            return Ok(None);
+        };
+        self.inner.open_table(OUTBOX)?.remove(id)?;
+        self.inner.open_table(OUTBOX_DUE)?.remove((message.next_at.0, id))?;
+        Ok(Some(message))
+    }
+
+    pub fn idempotency_get(&self, key: &str) -> Result<Option<RunId>, StoreError> {
+        let table = self.inner.open_table(IDEMPOTENCY)?;
+        Ok(table.get(key)?.map(|v| RunId(v.value())))
+    }
+
+    pub fn idempotency_put(&mut self, key: &str, run: RunId) -> Result<(), StoreError> {
+        self.inner.open_table(IDEMPOTENCY)?.insert(key, run.0)?;
+        Ok(())
+    }
+}
+
+pub struct ReadTx {
+    inner: redb::ReadTransaction,
+}
+
+/// A filter and cursor for listing runs, newest first.
+#[derive(Clone, Debug, Default)]
+pub struct RunQuery {
+    pub state: Option<RunState>,
+    /// Continue after this (updated ms, run) for state-filtered lists, or after this run
+    /// for unfiltered ones.
+    pub after: Option<(u64, RunId)>,
+    pub limit: usize,
+}
+
+impl ReadTx {
+    pub fn fence_next(&self) -> Result<u64, StoreError> {
+        let table = self.inner.open_table(META)?;
+        Ok(table.get(META_FENCE_NEXT)?.map(|v| v.value()).unwrap_or(1))
+    }
+
+    pub fn run_header(&self, run: RunId) -> Result<Option<RunHeader>, StoreError> {
+        let table = self.inner.open_table(RUNS)?;
+        let value = table.get(run.0)?;
+        value.map(|v| codec::decode(v.value()).map_err(StoreError::from)).transpose()
+    }
+
+    /// The whole run: header, source, steps and attempts.
+    pub fn run(&self, run: RunId) -> Result<Option<StoredRun>, StoreError> {
+        let Some(header) = self.run_header(run)? else {
+            return Ok(None);
+        };
+        let pipelines = self.inner.open_table(PIPELINES)?;
+        let source = pipelines
+            .get(run.0)?
+            .ok_or_else(|| StoreError::Corrupt(format!("run {run} has no pipeline")))?;
+        let source: PipelineSource = codec::decode(source.value())?;
+        let mut steps: Vec<StepProgress> = Vec::new();
+        for entry in self.inner.open_table(STEPS)?.range((run.0, 0)..=(run.0, u16::MAX))? {
+            let (key, value) = entry?;
+            if usize::from(key.value().1) != steps.len() {
+                return Err(StoreError::Corrupt(format!("run {run} has a gap in its steps")));
+            }
+            steps.push(StepProgress {
+                state: codec::decode(value.value())?,
+                attempts: Vec::new(),
+            });
+        }
+        let attempts = self.inner.open_table(ATTEMPTS)?;
+        for entry in attempts.range((run.0, 0, 0)..=(run.0, u16::MAX, u32::MAX))? {
+            let (key, value) = entry?;
+            let (_, step, number) = key.value();
+            let attempt: Attempt = codec::decode(value.value())?;
+            let progress = steps
+                .get_mut(usize::from(step))
+                .ok_or_else(|| StoreError::Corrupt(format!("run {run} attempt of unknown step {step}")))?;
+            if attempt.number != number || number as usize != progress.attempts.len() + 1 {
+                return Err(StoreError::Corrupt(format!("run {run} step {step} attempt numbering")));
+            }
+            progress.attempts.push(attempt);
+        }
+        Ok(Some(StoredRun { header, source, steps }))
+    }
+
+    /// Runs newest first (by id when unfiltered, by update time within a state).
+    pub fn list_runs(&self, query: &RunQuery) -> Result<Vec<RunHeader>, StoreError> {
+        let mut headers = Vec::new();
+        match query.state {
+            None => {
+                let runs = self.inner.open_table(RUNS)?;
+                let upper = query.after.map_or(u128::MAX, |(_, run)| run.0);
+                for entry in runs.range(..upper)?.rev().take(query.limit) {
+                    headers.push(codec::decode(entry?.1.value())?);
+                }
+            }
+            Some(state) => {
+                let index = self.inner.open_table(RUNS_BY_STATE)?;
+                let code = state.code();
+                let upper = query.after.map_or((code, u64::MAX, u128::MAX), |(updated, run)| (code, updated, run.0));
+                for entry in index.range((code, 0, 0)..upper)?.rev().take(query.limit) {
+                    let (_, _, run) = entry?.0.value();
+                    let header = self
+                        .run_header(RunId(run))?
+                        .ok_or_else(|| StoreError::Corrupt(format!("index names missing run {}", RunId(run))))?;
+                    headers.push(header);
+                }
+            }
+        }
+        Ok(headers)
+    }
+
+    /// Runs not in a terminal state, read through the state index only.
+    pub fn active_run_ids(&self) -> Result<Vec<RunId>, StoreError> {
+        let index = self.inner.open_table(RUNS_BY_STATE)?;
+        let mut ids = Vec::new();
+        for state in [RunState::Queued, RunState::Running, RunState::Waiting] {
+            let code = state.code();
+            for entry in index.range((code, 0, 0)..=(code, u64::MAX, u128::MAX))? {
+                ids.push(RunId(entry?.0.value().2));
+            }
+        }
+        Ok(ids)
+    }
+
+    /// In-flight attempts from their index: (fence, run, step, attempt number).
+    pub fn inflight_attempts(&self) -> Result<Vec<(Fence, RunId, usize, u32)>, StoreError> {
+        let index = self.inner.open_table(INFLIGHT)?;
+        let mut found = Vec::new();
+        for entry in index.iter()? {
+            let (fence, value) = entry?;
+            let (run, step, number) = value.value();
+            found.push((Fence(fence.value()), RunId(run), usize::from(step), number));
+        }
+        Ok(found)
+    }
+
+    pub fn history(&self, run: RunId, after: Option<u32>, limit: usize) -> Result<Vec<(u32, HistoryRecord)>, StoreError> {
+        let table = self.inner.open_table(HISTORY)?;
+        let start = after.map_or(0, |seq| seq.saturating_add(1));
+        let mut events = Vec::new();
+        if after == Some(u32::MAX) {
+            return Ok(events);
+        }
+        for entry in table.range((run.0, start)..=(run.0, u32::MAX))?.take(limit) {
+            let (key, value) = entry?;
+            events.push((key.value().1, codec::decode(value.value())?));
+        }
+        Ok(events)
+    }
+
+    /// Up to `limit` outbox messages due at or before `now`, earliest first.
+    pub fn due_outbox(&self, now: Timestamp, limit: usize) -> Result<Vec<OutboxMessage>, StoreError> {
+        let due = self.inner.open_table(OUTBOX_DUE)?;
+        let outbox = self.inner.open_table(OUTBOX)?;
+        let mut messages = Vec::new();
+        for entry in due.range(..=(now.0, u64::MAX))?.take(limit) {
+            let (_, id) = entry?.0.value();
+            let value = outbox
+                .get(id)?
+                .ok_or_else(|| StoreError::Corrupt(format!("outbox index names missing message {id}")))?;
+            messages.push(codec::decode(value.value())?);
+        }
+        Ok(messages)
+    }
+
+    pub fn next_outbox_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        let due = self.inner.open_table(OUTBOX_DUE)?;
+        Ok(due.first()?.map(|(k, _)| Timestamp(k.value().0)))
+    }
+
+    pub fn outbox_depth(&self) -> Result<u64, StoreError> {
+        Ok(self.inner.open_table(OUTBOX)?.len()?)
+    }
+
+    pub fn next_timer_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        let timers = self.inner.open_table(TIMERS)?;
+        Ok(timers.first()?.map(|(k, _)| Timestamp(k.value().0)))
+    }
+
+    pub fn timers(&self, limit: usize) -> Result<Vec<TimerKey>, StoreError> {
+        let timers = self.inner.open_table(TIMERS)?;
+        let mut keys = Vec::new();
+        for entry in timers.iter()?.take(limit) {
+            keys.push(timer_from_tuple(entry?.0.value())?);
+        }
+        Ok(keys)
+    }
+}
+
+fn step_key(step: usize) -> Result<u16, StoreError> {
+    u16::try_from(step).map_err(|_| StoreError::Corrupt(format!("step index {step} out of range")))
+}
+
+fn timer_tuple(key: TimerKey) -> TimerKeyTuple {
+    (key.due.0, key.run.0, key.step, key.kind as u8, key.fence.0)
+}
+
+fn timer_from_tuple((due, run, step, kind, fence): TimerKeyTuple) -> Result<TimerKey, StoreError> {
+    let kind = TimerKind::from_code(kind).ok_or_else(|| StoreError::Corrupt(format!("unknown timer kind {kind}")))?;
+    Ok(TimerKey {
+        due: Timestamp(due),
+        run: RunId(run),
+        step,
+        kind,
+        fence: Fence(fence),
+    })
+}

@@ -1,0 +1,125 @@
+//! Records only the store and driver know: pipelines as submitted, outbox messages,
+//! history events. Engine state (`RunHeader`, `StepState`, `Attempt`) is stored as is.
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{Fence, KillReason, RunId, Timestamp};
+
+/// The pipeline exactly as submitted; it is re-validated whenever a run is loaded, so a
+/// stored run can always be explained by its source.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PipelineSource {
+    pub format: SourceFormat,
+    pub text: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SourceFormat {
+    Yaml,
+    Json,
+}
+
+/// Everything an executor needs to start one attempt; fixed when the attempt is minted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchRecord {
+    pub run: RunId,
+    pub step: u16,
+    pub step_name: String,
+    pub attempt: u32,
+    pub fence: Fence,
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub workdir: Option<String>,
+    pub timeout_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OutboxPayload {
+    Launch(LaunchRecord),
+    Kill {
+        run: RunId,
+        step: u16,
+        fence: Fence,
+        reason: KillReason,
+    },
+}
+
+impl OutboxPayload {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            OutboxPayload::Launch(_) => "launch",
+            OutboxPayload::Kill { .. } => "kill",
+        }
+    }
+
+    pub fn run(&self) -> RunId {
+        match self {
+            OutboxPayload::Launch(launch) => launch.run,
+            OutboxPayload::Kill { run, .. } => *run,
+        }
+    }
+
+    /// Executors are idempotent per fence, so the fence plus the kind is the key.
+    pub fn idempotency_key(&self) -> String {
+        match self {
+            OutboxPayload::Launch(launch) => format!("launch/{}", launch.fence),
+            OutboxPayload::Kill { fence, reason, .. } => format!("kill/{fence}/{}", reason.as_str()),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutboxMessage {
+    pub id: u64,
+    pub payload: OutboxPayload,
+    pub created_at: Timestamp,
+    pub next_at: Timestamp,
+    pub delivery_attempts: u32,
+    pub max_deliveries: u32,
+    pub last_error: Option<String>,
+}
+
+/// One entry of a run's append-only history. `detail` is a JSON object as text (the
+/// codec is not self-describing, so free-form JSON travels as a string).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryRecord {
+    pub at: Timestamp,
+    pub kind: String,
+    pub detail: String,
+}
+
+/// A durable timer's identity, which is also its key: due time first, so the earliest
+/// timers are the first keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TimerKey {
+    pub due: Timestamp,
+    pub run: RunId,
+    pub step: u16,
+    pub kind: TimerKind,
+    /// The attempt's fence for backstops; 0 otherwise.
+    pub fence: Fence,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TimerKind {
+    RetryDue = 1,
+    Backstop = 2,
+}
+
+impl TimerKind {
+    pub fn from_code(code: u8) -> Option<TimerKind> {
+        match code {
+            1 => Some(TimerKind::RetryDue),
+            2 => Some(TimerKind::Backstop),
+            _ => None,
+        }
+    }
+}
+
+/// A stored run, as read back: everything needed to rebuild the engine's `Run`.
+#[derive(Clone, Debug)]
+pub struct StoredRun {
+    pub header: crate::engine::RunHeader,
+    pub source: PipelineSource,
+    pub steps: Vec<crate::engine::StepProgress>,
+}
