@@ -1,6 +1,11 @@
 //! Scarab: a single-node pipeline runner. See ARCHITECTURE.md for the map.
 
+pub mod api;
+pub mod cli;
+pub mod clock;
 pub mod engine;
+pub mod executor;
 pub mod limits;
 pub mod pipeline;
+pub mod service;
 pub mod store;

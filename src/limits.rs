@@ -75,3 +75,12 @@ pub const KILL_GRACE: Duration = Duration::from_secs(5);
 pub const BACKSTOP_SLACK: Duration = Duration::from_secs(30);
 /// Verdict reasons and messages are cut to this length.
 pub const REASON_MAX_BYTES: usize = 1024;
+
+/// Cuts `text` to at most `max_bytes`, on a character boundary.
+pub fn clip(text: &str, max_bytes: usize) -> String {
+    let mut end = text.len().min(max_bytes);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}

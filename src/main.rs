@@ -1,1 +1,5 @@
-fn main() {}
+//! `scarab`: parse, dispatch, print the error once. Everything else is in the library.
+
+fn main() -> std::process::ExitCode {
+    scarab::cli::main()
+}

@@ -43,14 +43,19 @@ fn first_failure(run: &Run) -> Option<FailureClassification> {
         .steps
         .iter()
         .position(|s| matches!(s.state, StepState::DeadLettered { .. }));
-    let failed = || run.steps.iter().position(|s| matches!(s.state, StepState::Failed { .. }));
+    let failed = || {
+        run.steps
+            .iter()
+            .position(|s| matches!(s.state, StepState::Failed { .. }))
+    };
     let step = dead.or_else(failed)?;
     let attempt = run.steps[step].attempts.last()?;
     let verdict = attempt.verdict()?;
     let class = verdict.class()?;
     Some(FailureClassification {
         category: class.as_str(),
-        auto_retryable: class == FailureClass::InfraNeverStarted && run.header.origin == LOCAL_ORIGIN,
+        auto_retryable: class == FailureClass::InfraNeverStarted
+            && run.header.origin == LOCAL_ORIGIN,
         step: Some(run.pipeline.steps[step].name.clone()),
         reason: verdict.reason.clone(),
     })

@@ -85,7 +85,9 @@ impl Engine {
                 fence,
                 verdict,
             } => self.on_verdict(run, step, fence, verdict, now, &mut effects),
-            Input::TimerFired(Timer::RetryDue { step }) => self.on_retry_due(run, step, &mut effects),
+            Input::TimerFired(Timer::RetryDue { step }) => {
+                self.on_retry_due(run, step, &mut effects)
+            }
             Input::TimerFired(Timer::Backstop { step, fence }) => {
                 on_backstop(run, step, fence, &mut effects)
             }
@@ -168,7 +170,9 @@ impl Engine {
             _ if run.header.cancel.is_some() => StepState::Cancelled,
             // Scarab only stops an attempt for a cancel or a timeout; a stop without a
             // pending cancel means the executor lost track of why: no verdict.
-            Outcome::Stopped => self.after_failure(run, step, super::FailureClass::Lost, now, effects),
+            Outcome::Stopped => {
+                self.after_failure(run, step, super::FailureClass::Lost, now, effects)
+            }
             Outcome::Failed(class) => self.after_failure(run, step, class, now, effects),
         };
         set_step_state(run, step, next, effects);
@@ -225,7 +229,13 @@ impl Engine {
 
     /// Settles everything that follows from the current state: skips dependents of
     /// failed steps, launches ready steps, and decides the run's outcome.
-    fn advance(&self, run: &mut Run, fences: &mut FenceCounter, now: Timestamp, effects: &mut Effects) {
+    fn advance(
+        &self,
+        run: &mut Run,
+        fences: &mut FenceCounter,
+        now: Timestamp,
+        effects: &mut Effects,
+    ) {
         loop {
             let mut progressed = false;
             for step in 0..run.steps.len() {
@@ -271,7 +281,10 @@ impl Engine {
         let spec = &run.pipeline.steps[step];
         let progress = &mut run.steps[step];
         let number = u32::try_from(progress.attempts.len() + 1).unwrap_or(u32::MAX);
-        debug_assert!(progress.in_flight().is_none(), "attempts of one step never overlap");
+        debug_assert!(
+            progress.in_flight().is_none(),
+            "attempts of one step never overlap"
+        );
         progress.attempts.push(Attempt {
             number,
             fence,
@@ -321,14 +334,22 @@ fn on_backstop(run: &mut Run, step: usize, fence: super::Fence, effects: &mut Ef
     });
 }
 
-fn on_cancel(run: &mut Run, by: String, now: Timestamp, effects: &mut Effects) -> Result<(), super::RejectedInput> {
+fn on_cancel(
+    run: &mut Run,
+    by: String,
+    now: Timestamp,
+    effects: &mut Effects,
+) -> Result<(), super::RejectedInput> {
     if run.header.state.is_terminal() {
         return Err(super::RejectedInput::RunTerminal(run.header.state.as_str()));
     }
     if run.header.cancel.is_some() {
         return Ok(());
     }
-    run.header.cancel = Some(CancelRequest { by: by.clone(), at: now });
+    run.header.cancel = Some(CancelRequest {
+        by: by.clone(),
+        at: now,
+    });
     effects.events.push(Event::CancelRequested { by });
     for step in 0..run.steps.len() {
         match run.steps[step].state {
@@ -355,8 +376,16 @@ fn request_kill(run: &mut Run, step: usize, reason: KillReason, effects: &mut Ef
     attempt.kill = Some(reason);
     let fence = attempt.fence;
     effects.attempt_changed(step, index);
-    effects.events.push(Event::KillRequested { step, fence, reason });
-    effects.intents.push(Intent::Kill { step, fence, reason });
+    effects.events.push(Event::KillRequested {
+        step,
+        fence,
+        reason,
+    });
+    effects.intents.push(Intent::Kill {
+        step,
+        fence,
+        reason,
+    });
 }
 
 enum Readiness {
@@ -375,10 +404,16 @@ fn readiness(run: &Run, step: usize) -> Readiness {
             | StepState::DeadLettered { .. }
             | StepState::Skipped
             | StepState::Cancelled => return Readiness::Doomed,
-            StepState::Pending | StepState::Active | StepState::RetryWaiting { .. } => ready = false,
+            StepState::Pending | StepState::Active | StepState::RetryWaiting { .. } => {
+                ready = false
+            }
         }
     }
-    if ready { Readiness::Ready } else { Readiness::Blocked }
+    if ready {
+        Readiness::Ready
+    } else {
+        Readiness::Blocked
+    }
 }
 
 /// §6: dead-lettered if any step is, else failed if any is, else cancelled if a cancel
@@ -389,14 +424,20 @@ fn run_outcome(run: &Run) -> RunState {
         RunState::DeadLettered
     } else if any(|s| matches!(s, StepState::Failed { .. })) {
         RunState::Failed
-    } else if run.header.cancel.is_some() && any(|s| matches!(s, StepState::Cancelled | StepState::Skipped)) {
+    } else if run.header.cancel.is_some()
+        && any(|s| matches!(s, StepState::Cancelled | StepState::Skipped))
+    {
         RunState::Cancelled
     } else {
         RunState::Succeeded
     }
 }
 
-fn attempt_by_fence(run: &mut Run, step: usize, fence: super::Fence) -> Option<(usize, &mut Attempt)> {
+fn attempt_by_fence(
+    run: &mut Run,
+    step: usize,
+    fence: super::Fence,
+) -> Option<(usize, &mut Attempt)> {
     let progress = run.steps.get_mut(step)?;
     progress
         .attempts

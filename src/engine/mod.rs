@@ -54,7 +54,10 @@ impl Default for EngineSettings {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Input {
     /// The executor has the attempt (the Pod exists, the supervisor runs).
-    LaunchConfirmed { step: usize, fence: Fence },
+    LaunchConfirmed {
+        step: usize,
+        fence: Fence,
+    },
     /// The executor's final word on an attempt.
     Verdict {
         step: usize,
@@ -62,7 +65,9 @@ pub enum Input {
         verdict: Verdict,
     },
     TimerFired(Timer),
-    Cancel { by: String },
+    Cancel {
+        by: String,
+    },
 }
 
 /// A durable timer's meaning. Its identity (for deletion) is `(due, run, timer)`.
@@ -107,10 +112,23 @@ pub enum Intent {
 /// A fact for the run's append-only history.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
-    Submitted { steps: usize },
-    RunState { from: RunState, to: RunState },
-    AttemptCreated { step: usize, attempt: u32, fence: Fence },
-    AttemptLaunched { step: usize, attempt: u32, fence: Fence },
+    Submitted {
+        steps: usize,
+    },
+    RunState {
+        from: RunState,
+        to: RunState,
+    },
+    AttemptCreated {
+        step: usize,
+        attempt: u32,
+        fence: Fence,
+    },
+    AttemptLaunched {
+        step: usize,
+        attempt: u32,
+        fence: Fence,
+    },
     AttemptFinished {
         step: usize,
         attempt: u32,
@@ -118,10 +136,23 @@ pub enum Event {
         class: Option<FailureClass>,
         reason: String,
     },
-    RetryScheduled { step: usize, due: Timestamp },
-    StepState { step: usize, state: &'static str, reason: Option<String> },
-    KillRequested { step: usize, fence: Fence, reason: KillReason },
-    CancelRequested { by: String },
+    RetryScheduled {
+        step: usize,
+        due: Timestamp,
+    },
+    StepState {
+        step: usize,
+        state: &'static str,
+        reason: Option<String>,
+    },
+    KillRequested {
+        step: usize,
+        fence: Fence,
+        reason: KillReason,
+    },
+    CancelRequested {
+        by: String,
+    },
 }
 
 /// The outcome of one input: what changed (for the driver to write) and what to do.

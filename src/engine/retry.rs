@@ -70,11 +70,21 @@ pub fn terminal(class: FailureClass) -> Decision {
 /// The wait before retry number `retry` (1-based): `initial * factor^(retry-1)`, capped
 /// at `max`, then jittered into `[delay/2, delay]` by a hash of the seed and the attempt,
 /// so a simulation with the same seed waits the same times and retries never spin.
-pub fn backoff_delay(backoff: &Backoff, retry: u32, jitter_seed: u64, run: RunId, step: usize) -> Duration {
+pub fn backoff_delay(
+    backoff: &Backoff,
+    retry: u32,
+    jitter_seed: u64,
+    run: RunId,
+    step: usize,
+) -> Duration {
     let exponent = i32::try_from(retry.saturating_sub(1)).unwrap_or(i32::MAX);
     let raw_s = backoff.initial.as_secs_f64() * backoff.factor.powi(exponent);
     let capped_s = raw_s.min(backoff.max.as_secs_f64()).max(0.0);
-    let unit = unit_interval(jitter_seed ^ (run.0 as u64) ^ ((run.0 >> 64) as u64), step, retry);
+    let unit = unit_interval(
+        jitter_seed ^ (run.0 as u64) ^ ((run.0 >> 64) as u64),
+        step,
+        retry,
+    );
     Duration::from_secs_f64(capped_s * (0.5 + 0.5 * unit))
 }
 

@@ -106,12 +106,18 @@ pub enum StepState {
     /// An attempt is in flight (its own state says launching or running).
     Active,
     /// The last attempt failed and a retry is due at this time.
-    RetryWaiting { due: Timestamp },
+    RetryWaiting {
+        due: Timestamp,
+    },
     Succeeded,
     /// The code's verdict, reason e.g. `StepFailed`, `TimedOut`, `ConfigError`.
-    Failed { reason: String },
+    Failed {
+        reason: String,
+    },
     /// No verdict could be obtained in budget: an operator's signal.
-    DeadLettered { reason: String },
+    DeadLettered {
+        reason: String,
+    },
     /// A step it needs ended without success.
     Skipped,
     Cancelled,

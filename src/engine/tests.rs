@@ -85,7 +85,11 @@ impl Sim {
     }
 
     fn current_fence(&self, step: usize) -> Fence {
-        self.run.steps[step].attempts.last().expect("an attempt").fence
+        self.run.steps[step]
+            .attempts
+            .last()
+            .expect("an attempt")
+            .fence
     }
 
     /// Confirms the launch of `step`'s current attempt and finishes it with `outcome`.
@@ -176,13 +180,36 @@ fn retry_table_every_class_on_and_budget() {
         }
         let case = format!("{class} on={on_names:?} max={max:?}");
         assert_eq!(attempts, expected_attempts, "{case}: attempts");
-        assert_eq!(sim.run.steps[0].attempts.len() as u32, expected_attempts, "{case}");
-        assert_eq!(sim.run.steps[0].state.as_str(), expected_state, "{case}: step state");
-        assert_eq!(sim.run.header.state.as_str(), expected_state, "{case}: run state");
-        let fences: Vec<u64> = sim.run.steps[0].attempts.iter().map(|a| a.fence.0).collect();
-        assert!(fences.windows(2).all(|w| w[0] < w[1]), "{case}: fences {fences:?}");
+        assert_eq!(
+            sim.run.steps[0].attempts.len() as u32,
+            expected_attempts,
+            "{case}"
+        );
+        assert_eq!(
+            sim.run.steps[0].state.as_str(),
+            expected_state,
+            "{case}: step state"
+        );
+        assert_eq!(
+            sim.run.header.state.as_str(),
+            expected_state,
+            "{case}: run state"
+        );
+        let fences: Vec<u64> = sim.run.steps[0]
+            .attempts
+            .iter()
+            .map(|a| a.fence.0)
+            .collect();
+        assert!(
+            fences.windows(2).all(|w| w[0] < w[1]),
+            "{case}: fences {fences:?}"
+        );
         let numbers: Vec<u32> = sim.run.steps[0].attempts.iter().map(|a| a.number).collect();
-        assert_eq!(numbers, (1..=expected_attempts).collect::<Vec<_>>(), "{case}");
+        assert_eq!(
+            numbers,
+            (1..=expected_attempts).collect::<Vec<_>>(),
+            "{case}"
+        );
     }
 }
 
@@ -302,7 +329,10 @@ fn backstop_kills_a_running_attempt_once_and_stale_timers_do_nothing() {
         }
         other => panic!("expected one backstop timer, got {other:?}"),
     };
-    assert_eq!(due, T0.plus(Duration::from_secs(60) + crate::limits::BACKSTOP_SLACK));
+    assert_eq!(
+        due,
+        T0.plus(Duration::from_secs(60) + crate::limits::BACKSTOP_SLACK)
+    );
     sim.now = due;
     let effects = sim.input(Input::TimerFired(Timer::Backstop { step: 0, fence }));
     assert_eq!(
@@ -320,7 +350,12 @@ fn backstop_kills_a_running_attempt_once_and_stale_timers_do_nothing() {
         fence,
         verdict: verdict(Outcome::Failed(FailureClass::Timeout)),
     });
-    assert_eq!(sim.run.steps[0].state, StepState::Failed { reason: "TimedOut".into() });
+    assert_eq!(
+        sim.run.steps[0].state,
+        StepState::Failed {
+            reason: "TimedOut".into()
+        }
+    );
     let stale = sim.input(Input::TimerFired(Timer::Backstop { step: 0, fence }));
     assert!(stale.intents.is_empty() && stale.events.is_empty());
 }
@@ -329,12 +364,13 @@ fn backstop_kills_a_running_attempt_once_and_stale_timers_do_nothing() {
 fn verdict_cancels_the_backstop_and_duplicates_are_ignored() {
     let mut sim = Sim::new(vec![step("a", &[], None)]);
     let effects = sim.finish(0, Outcome::Succeeded);
-    assert!(
-        effects
-            .intents
-            .iter()
-            .any(|i| matches!(i, Intent::CancelTimer { timer: Timer::Backstop { .. }, .. }))
-    );
+    assert!(effects.intents.iter().any(|i| matches!(
+        i,
+        Intent::CancelTimer {
+            timer: Timer::Backstop { .. },
+            ..
+        }
+    )));
     let fence = sim.current_fence(0);
     let duplicate = sim.input(Input::Verdict {
         step: 0,
@@ -349,9 +385,15 @@ fn verdict_cancels_the_backstop_and_duplicates_are_ignored() {
 fn no_overlapping_attempts_retry_waits_for_the_verdict_and_the_timer() {
     let mut sim = Sim::new(vec![step("a", &[], Some(policy(RetryOn::FAILURE, 3)))]);
     let first = sim.current_fence(0);
-    sim.input(Input::LaunchConfirmed { step: 0, fence: first });
+    sim.input(Input::LaunchConfirmed {
+        step: 0,
+        fence: first,
+    });
     sim.now = T0.plus(Duration::from_secs(3600));
-    sim.input(Input::TimerFired(Timer::Backstop { step: 0, fence: first }));
+    sim.input(Input::TimerFired(Timer::Backstop {
+        step: 0,
+        fence: first,
+    }));
     // Killed but no verdict yet: no second attempt may exist.
     assert_eq!(sim.run.steps[0].attempts.len(), 1);
     sim.input(Input::Verdict {
@@ -359,7 +401,11 @@ fn no_overlapping_attempts_retry_waits_for_the_verdict_and_the_timer() {
         fence: first,
         verdict: verdict(Outcome::Failed(FailureClass::Timeout)),
     });
-    assert_eq!(sim.run.steps[0].attempts.len(), 1, "the retry waits for its backoff");
+    assert_eq!(
+        sim.run.steps[0].attempts.len(),
+        1,
+        "the retry waits for its backoff"
+    );
     assert!(sim.fire_retry(0));
     assert_eq!(sim.run.steps[0].attempts.len(), 2);
     assert!(sim.current_fence(0) > first);
@@ -377,14 +423,21 @@ fn cancel_kills_in_flight_cancels_pending_and_ends_cancelled() {
         reason: KillReason::Cancel
     }));
     assert_eq!(sim.run.steps[1].state, StepState::Cancelled);
-    assert_eq!(sim.run.header.state, RunState::Running, "until the kill is confirmed");
+    assert_eq!(
+        sim.run.header.state,
+        RunState::Running,
+        "until the kill is confirmed"
+    );
     sim.input(Input::Verdict {
         step: 0,
         fence,
         verdict: verdict(Outcome::Stopped),
     });
     assert_eq!(sim.run.header.state, RunState::Cancelled);
-    assert_eq!(classify_run(&sim.run).expect("classified").category, "cancelled");
+    assert_eq!(
+        classify_run(&sim.run).expect("classified").category,
+        "cancelled"
+    );
     let rejected = sim.engine.handle(
         &mut sim.run,
         &mut sim.fences,
@@ -416,8 +469,14 @@ fn backoff_grows_caps_and_jitters_deterministically() {
         let exponent = i32::try_from(retry_number - 1).expect("small");
         let nominal = (10.0 * 2f64.powi(exponent)).min(600.0);
         let seconds = delay.as_secs_f64();
-        assert!(seconds >= nominal / 2.0 - 1e-9 && seconds <= nominal + 1e-9, "{retry_number}: {seconds}");
-        assert_eq!(delay, retry::backoff_delay(&backoff, retry_number, 1, RunId(9), 0));
+        assert!(
+            seconds >= nominal / 2.0 - 1e-9 && seconds <= nominal + 1e-9,
+            "{retry_number}: {seconds}"
+        );
+        assert_eq!(
+            delay,
+            retry::backoff_delay(&backoff, retry_number, 1, RunId(9), 0)
+        );
     }
     let a = retry::backoff_delay(&backoff, 3, 1, RunId(9), 0);
     let b = retry::backoff_delay(&backoff, 3, 2, RunId(9), 0);

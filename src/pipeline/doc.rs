@@ -1,0 +1,137 @@
+//! The pipeline file's wire format (PRODUCT.md §2) as serde + schemars types.
+//!
+//! These types are the source of the published JSON Schema and describe exactly what
+//! `parse` accepts. `parse` does not deserialize into them: it walks a located tree so
+//! that it can report every error at once with a line number. Tests in `parse` keep the
+//! two in step (field names, retry classes, and valid documents deserializing here).
+//!
+//! Limits quoted in the doc comments are those of `crate::limits`; the schema's
+//! `maxLength`/`maxItems`/`minimum`/`maximum` keywords are generated from the constants
+//! themselves.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::limits;
+
+/// A Scarab pipeline: named steps forming a dependency graph (a DAG).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "Scarab pipeline")]
+pub struct PipelineDoc {
+    /// The pipeline's name: 1 to 100 characters, no control characters.
+    #[schemars(length(min = 1, max = limits::PIPELINE_NAME_MAX_CHARS))]
+    pub name: String,
+    /// The steps, 1 to 100 of them. A step runs once every step it `needs` has succeeded.
+    #[schemars(length(min = 1, max = limits::STEPS_MAX))]
+    pub steps: Vec<StepDoc>,
+}
+
+/// One step: a local command run without a shell.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StepDoc {
+    /// The step's name, unique in the pipeline: 1 to 63 characters of `[A-Za-z0-9_-]`.
+    #[schemars(
+        length(min = 1, max = limits::STEP_NAME_MAX_CHARS),
+        regex(pattern = r"^[A-Za-z0-9_-]+$")
+    )]
+    pub name: String,
+    /// The command as an argv list; `run[0]` is the program and must not be empty. Never
+    /// interpreted by a shell. At most 256 items, each at most 4096 bytes, 64 KiB in total;
+    /// no NUL bytes.
+    #[schemars(length(min = 1, max = limits::ARGV_MAX_ITEMS))]
+    pub run: Vec<String>,
+    /// Names of the steps that must succeed before this one starts. Each must name another
+    /// step of this pipeline, at most once; the graph must have no cycles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = limits::STEPS_MAX))]
+    pub needs: Vec<String>,
+    /// The step's timeout as a human duration (`90s`, `10m`, `1h30m`, `500ms`), between 1s
+    /// and 7 days. Absent: the global default step timeout applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub timeout: Option<String>,
+    /// Environment variables added to the command's environment, applied in file order.
+    /// Names match `[A-Za-z_][A-Za-z0-9_]*` (at most 128 bytes) and must not start with the
+    /// reserved prefix `SCARAB_`; values are strings (quote numbers and booleans) of at most
+    /// 4096 bytes with no NUL. At most 100 variables and 64 KiB of names and values in total.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(length(max = limits::ENV_MAX_VARS))]
+    pub env: BTreeMap<String, String>,
+    /// The working directory of the command: a non-empty path of at most 4096 bytes, no NUL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String", length(min = 1, max = limits::WORKDIR_MAX_BYTES))]
+    pub workdir: Option<String>,
+    /// Opt-in retry policy. Retry re-runs the whole step at-least-once: enable it only if
+    /// the step is idempotent or fenced against a cooperating sink.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "RetryDoc")]
+    pub retry: Option<RetryDoc>,
+}
+
+/// When and how often a step is re-run after it started and failed.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryDoc {
+    /// The failure classes that trigger a retry: one class or a non-empty list of them.
+    pub on: RetryOnDoc,
+    /// The number of retries, 0 to 20: at most `max + 1` attempts.
+    #[schemars(range(min = 0, max = limits::RETRY_MAX))]
+    pub max: u32,
+    /// Delay between attempts; each field is optional (defaults: 10s, 2, 10m). Jitter is
+    /// added by Scarab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "BackoffDoc")]
+    pub backoff: Option<BackoffDoc>,
+}
+
+/// One failure class, or a list of them.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum RetryOnDoc {
+    One(RetryClassDoc),
+    Many(#[schemars(length(min = 1))] Vec<RetryClassDoc>),
+}
+
+/// A post-start failure class a step's author declares safe to re-run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RetryClassDoc {
+    /// Every post-start class below.
+    Failure,
+    /// The code gave a failing verdict (non-zero exit).
+    Step,
+    /// The step ran past its timeout.
+    Timeout,
+    /// `infra_post_start`: the system killed the step after it may have run.
+    Infra,
+    /// No verdict can be obtained: the process and its status are gone.
+    Lost,
+}
+
+/// Exponential backoff between attempts.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BackoffDoc {
+    /// Delay before the first retry, a human duration of at least 10ms. Default 10s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub initial: Option<String>,
+    /// Multiplier applied to the delay after each retry, 1 to 10. Default 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "f64", range(min = limits::BACKOFF_FACTOR_MIN, max = limits::BACKOFF_FACTOR_MAX))]
+    pub factor: Option<f64>,
+    /// Upper bound on the delay, a human duration of at least `initial` and at most 24h.
+    /// Default 10m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub max: Option<String>,
+}
+
+/// The JSON Schema (draft 2020-12) of the pipeline file, generated from [`PipelineDoc`].
+pub fn json_schema() -> serde_json::Value {
+    schemars::schema_for!(PipelineDoc).to_value()
+}

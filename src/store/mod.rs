@@ -9,9 +9,13 @@ pub mod records;
 
 use std::path::Path;
 
-use redb::{Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
+};
 
-use crate::engine::{Attempt, Fence, RunHeader, RunId, RunState, StepProgress, StepState, Timestamp};
+use crate::engine::{
+    Attempt, Fence, RunHeader, RunId, RunState, StepProgress, StepState, Timestamp,
+};
 use records::{HistoryRecord, OutboxMessage, PipelineSource, StoredRun, TimerKey, TimerKind};
 
 /// Bumped when a table's layout or a record's meaning changes; `migrate` upgrades.
@@ -54,7 +58,9 @@ pub enum StoreError {
     Redb(#[from] redb::Error),
     #[error("store record: {0}")]
     Codec(#[from] codec::CodecError),
-    #[error("store schema version {found} is newer than this build ({SCHEMA_VERSION}); upgrade scarab")]
+    #[error(
+        "store schema version {found} is newer than this build ({SCHEMA_VERSION}); upgrade scarab"
+    )]
     SchemaTooNew { found: u64 },
     #[error("store is inconsistent: {0}")]
     Corrupt(String),
@@ -110,7 +116,9 @@ impl Store {
         let found = tx.meta(META_SCHEMA_VERSION)?;
         match found {
             None => tx.set_meta(META_SCHEMA_VERSION, u64::from(SCHEMA_VERSION))?,
-            Some(v) if v > u64::from(SCHEMA_VERSION) => return Err(StoreError::SchemaTooNew { found: v }),
+            Some(v) if v > u64::from(SCHEMA_VERSION) => {
+                return Err(StoreError::SchemaTooNew { found: v });
+            }
             Some(v) => migrate(&mut tx, v)?,
         }
         tx.commit()
@@ -176,30 +184,50 @@ impl WriteTx {
     }
 
     pub fn put_pipeline(&mut self, run: RunId, source: &PipelineSource) -> Result<(), StoreError> {
-        self.inner.open_table(PIPELINES)?.insert(run.0, codec::encode(source)?.as_slice())?;
+        self.inner
+            .open_table(PIPELINES)?
+            .insert(run.0, codec::encode(source)?.as_slice())?;
         Ok(())
     }
 
     /// Writes a run header and keeps the state index in step. `previous` is the header's
     /// (state, updated_at) as last stored, `None` for a new run.
-    pub fn put_run(&mut self, header: &RunHeader, previous: Option<(RunState, Timestamp)>) -> Result<(), StoreError> {
+    pub fn put_run(
+        &mut self,
+        header: &RunHeader,
+        previous: Option<(RunState, Timestamp)>,
+    ) -> Result<(), StoreError> {
         let mut by_state = self.inner.open_table(RUNS_BY_STATE)?;
         if let Some((state, updated)) = previous {
             by_state.remove((state.code(), updated.0, header.id.0))?;
         }
         by_state.insert((header.state.code(), header.updated_at.0, header.id.0), ())?;
-        self.inner.open_table(RUNS)?.insert(header.id.0, codec::encode(header)?.as_slice())?;
+        self.inner
+            .open_table(RUNS)?
+            .insert(header.id.0, codec::encode(header)?.as_slice())?;
         Ok(())
     }
 
-    pub fn put_step(&mut self, run: RunId, step: usize, state: &StepState) -> Result<(), StoreError> {
+    pub fn put_step(
+        &mut self,
+        run: RunId,
+        step: usize,
+        state: &StepState,
+    ) -> Result<(), StoreError> {
         let key = (run.0, step_key(step)?);
-        self.inner.open_table(STEPS)?.insert(key, codec::encode(state)?.as_slice())?;
+        self.inner
+            .open_table(STEPS)?
+            .insert(key, codec::encode(state)?.as_slice())?;
         Ok(())
     }
 
     /// Writes an attempt and keeps the in-flight index in step.
-    pub fn put_attempt(&mut self, run: RunId, step: usize, attempt: &Attempt) -> Result<(), StoreError> {
+    pub fn put_attempt(
+        &mut self,
+        run: RunId,
+        step: usize,
+        attempt: &Attempt,
+    ) -> Result<(), StoreError> {
         let step = step_key(step)?;
         let mut inflight = self.inner.open_table(INFLIGHT)?;
         if attempt.is_in_flight() {
@@ -208,11 +236,17 @@ impl WriteTx {
             inflight.remove(attempt.fence.0)?;
         }
         let key = (run.0, step, attempt.number);
-        self.inner.open_table(ATTEMPTS)?.insert(key, codec::encode(attempt)?.as_slice())?;
+        self.inner
+            .open_table(ATTEMPTS)?
+            .insert(key, codec::encode(attempt)?.as_slice())?;
         Ok(())
     }
 
-    pub fn append_history(&mut self, run: RunId, record: &HistoryRecord) -> Result<bool, StoreError> {
+    pub fn append_history(
+        &mut self,
+        run: RunId,
+        record: &HistoryRecord,
+    ) -> Result<bool, StoreError> {
         let mut history = self.inner.open_table(HISTORY)?;
         let next = match history.range((run.0, 0)..=(run.0, u32::MAX))?.next_back() {
             Some(entry) => entry?.0.value().1 + 1,
@@ -226,19 +260,32 @@ impl WriteTx {
     }
 
     pub fn insert_timer(&mut self, key: TimerKey) -> Result<(), StoreError> {
-        self.inner.open_table(TIMERS)?.insert(timer_tuple(key), ())?;
+        self.inner
+            .open_table(TIMERS)?
+            .insert(timer_tuple(key), ())?;
         Ok(())
     }
 
     pub fn delete_timer(&mut self, key: TimerKey) -> Result<bool, StoreError> {
-        Ok(self.inner.open_table(TIMERS)?.remove(timer_tuple(key))?.is_some())
+        Ok(self
+            .inner
+            .open_table(TIMERS)?
+            .remove(timer_tuple(key))?
+            .is_some())
     }
 
     /// Removes and returns up to `limit` timers due at or before `now`, earliest first.
-    pub fn take_due_timers(&mut self, now: Timestamp, limit: usize) -> Result<Vec<TimerKey>, StoreError> {
+    pub fn take_due_timers(
+        &mut self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<TimerKey>, StoreError> {
         let mut timers = self.inner.open_table(TIMERS)?;
         let mut due = Vec::new();
-        for entry in timers.range(..=(now.0, u128::MAX, u16::MAX, u8::MAX, u64::MAX))?.take(limit) {
+        for entry in timers
+            .range(..=(now.0, u128::MAX, u16::MAX, u8::MAX, u64::MAX))?
+            .take(limit)
+        {
             let tuple = entry?.0.value();
             due.push(tuple);
         }
@@ -258,20 +305,28 @@ impl WriteTx {
     }
 
     /// Rewrites a message (after a failed delivery), moving it in the due index.
-    pub fn outbox_put(&mut self, message: &OutboxMessage, previous_next_at: Option<Timestamp>) -> Result<(), StoreError> {
+    pub fn outbox_put(
+        &mut self,
+        message: &OutboxMessage,
+        previous_next_at: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
         let mut due = self.inner.open_table(OUTBOX_DUE)?;
         if let Some(previous) = previous_next_at {
             due.remove((previous.0, message.id))?;
         }
         due.insert((message.next_at.0, message.id), ())?;
-        self.inner.open_table(OUTBOX)?.insert(message.id, codec::encode(message)?.as_slice())?;
+        self.inner
+            .open_table(OUTBOX)?
+            .insert(message.id, codec::encode(message)?.as_slice())?;
         Ok(())
     }
 
     pub fn outbox_get(&self, id: u64) -> Result<Option<OutboxMessage>, StoreError> {
         let table = self.inner.open_table(OUTBOX)?;
         let value = table.get(id)?;
-        value.map(|v| codec::decode(v.value()).map_err(StoreError::from)).transpose()
+        value
+            .map(|v| codec::decode(v.value()).map_err(StoreError::from))
+            .transpose()
     }
 
     /// Deletes a delivered message; returns it if it was still there.
@@ -280,7 +335,9 @@ impl WriteTx {
             return Ok(None);
         };
         self.inner.open_table(OUTBOX)?.remove(id)?;
-        self.inner.open_table(OUTBOX_DUE)?.remove((message.next_at.0, id))?;
+        self.inner
+            .open_table(OUTBOX_DUE)?
+            .remove((message.next_at.0, id))?;
         Ok(Some(message))
     }
 
@@ -318,7 +375,9 @@ impl ReadTx {
     pub fn run_header(&self, run: RunId) -> Result<Option<RunHeader>, StoreError> {
         let table = self.inner.open_table(RUNS)?;
         let value = table.get(run.0)?;
-        value.map(|v| codec::decode(v.value()).map_err(StoreError::from)).transpose()
+        value
+            .map(|v| codec::decode(v.value()).map_err(StoreError::from))
+            .transpose()
     }
 
     /// The whole run: header, source, steps and attempts.
@@ -332,10 +391,16 @@ impl ReadTx {
             .ok_or_else(|| StoreError::Corrupt(format!("run {run} has no pipeline")))?;
         let source: PipelineSource = codec::decode(source.value())?;
         let mut steps: Vec<StepProgress> = Vec::new();
-        for entry in self.inner.open_table(STEPS)?.range((run.0, 0)..=(run.0, u16::MAX))? {
+        for entry in self
+            .inner
+            .open_table(STEPS)?
+            .range((run.0, 0)..=(run.0, u16::MAX))?
+        {
             let (key, value) = entry?;
             if usize::from(key.value().1) != steps.len() {
-                return Err(StoreError::Corrupt(format!("run {run} has a gap in its steps")));
+                return Err(StoreError::Corrupt(format!(
+                    "run {run} has a gap in its steps"
+                )));
             }
             steps.push(StepProgress {
                 state: codec::decode(value.value())?,
@@ -347,15 +412,21 @@ impl ReadTx {
             let (key, value) = entry?;
             let (_, step, number) = key.value();
             let attempt: Attempt = codec::decode(value.value())?;
-            let progress = steps
-                .get_mut(usize::from(step))
-                .ok_or_else(|| StoreError::Corrupt(format!("run {run} attempt of unknown step {step}")))?;
+            let progress = steps.get_mut(usize::from(step)).ok_or_else(|| {
+                StoreError::Corrupt(format!("run {run} attempt of unknown step {step}"))
+            })?;
             if attempt.number != number || number as usize != progress.attempts.len() + 1 {
-                return Err(StoreError::Corrupt(format!("run {run} step {step} attempt numbering")));
+                return Err(StoreError::Corrupt(format!(
+                    "run {run} step {step} attempt numbering"
+                )));
             }
             progress.attempts.push(attempt);
         }
-        Ok(Some(StoredRun { header, source, steps }))
+        Ok(Some(StoredRun {
+            header,
+            source,
+            steps,
+        }))
     }
 
     /// Runs newest first (by id when unfiltered, by update time within a state).
@@ -372,12 +443,16 @@ impl ReadTx {
             Some(state) => {
                 let index = self.inner.open_table(RUNS_BY_STATE)?;
                 let code = state.code();
-                let upper = query.after.map_or((code, u64::MAX, u128::MAX), |(updated, run)| (code, updated, run.0));
+                let upper = query
+                    .after
+                    .map_or((code, u64::MAX, u128::MAX), |(updated, run)| {
+                        (code, updated, run.0)
+                    });
                 for entry in index.range((code, 0, 0)..upper)?.rev().take(query.limit) {
                     let (_, _, run) = entry?.0.value();
-                    let header = self
-                        .run_header(RunId(run))?
-                        .ok_or_else(|| StoreError::Corrupt(format!("index names missing run {}", RunId(run))))?;
+                    let header = self.run_header(RunId(run))?.ok_or_else(|| {
+                        StoreError::Corrupt(format!("index names missing run {}", RunId(run)))
+                    })?;
                     headers.push(header);
                 }
             }
@@ -410,7 +485,12 @@ impl ReadTx {
         Ok(found)
     }
 
-    pub fn history(&self, run: RunId, after: Option<u32>, limit: usize) -> Result<Vec<(u32, HistoryRecord)>, StoreError> {
+    pub fn history(
+        &self,
+        run: RunId,
+        after: Option<u32>,
+        limit: usize,
+    ) -> Result<Vec<(u32, HistoryRecord)>, StoreError> {
         let table = self.inner.open_table(HISTORY)?;
         let start = after.map_or(0, |seq| seq.saturating_add(1));
         let mut events = Vec::new();
@@ -425,15 +505,19 @@ impl ReadTx {
     }
 
     /// Up to `limit` outbox messages due at or before `now`, earliest first.
-    pub fn due_outbox(&self, now: Timestamp, limit: usize) -> Result<Vec<OutboxMessage>, StoreError> {
+    pub fn due_outbox(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<OutboxMessage>, StoreError> {
         let due = self.inner.open_table(OUTBOX_DUE)?;
         let outbox = self.inner.open_table(OUTBOX)?;
         let mut messages = Vec::new();
         for entry in due.range(..=(now.0, u64::MAX))?.take(limit) {
             let (_, id) = entry?.0.value();
-            let value = outbox
-                .get(id)?
-                .ok_or_else(|| StoreError::Corrupt(format!("outbox index names missing message {id}")))?;
+            let value = outbox.get(id)?.ok_or_else(|| {
+                StoreError::Corrupt(format!("outbox index names missing message {id}"))
+            })?;
             messages.push(codec::decode(value.value())?);
         }
         Ok(messages)
@@ -472,7 +556,8 @@ fn timer_tuple(key: TimerKey) -> TimerKeyTuple {
 }
 
 fn timer_from_tuple((due, run, step, kind, fence): TimerKeyTuple) -> Result<TimerKey, StoreError> {
-    let kind = TimerKind::from_code(kind).ok_or_else(|| StoreError::Corrupt(format!("unknown timer kind {kind}")))?;
+    let kind = TimerKind::from_code(kind)
+        .ok_or_else(|| StoreError::Corrupt(format!("unknown timer kind {kind}")))?;
     Ok(TimerKey {
         due: Timestamp(due),
         run: RunId(run),

@@ -63,7 +63,9 @@ impl OutboxPayload {
     pub fn idempotency_key(&self) -> String {
         match self {
             OutboxPayload::Launch(launch) => format!("launch/{}", launch.fence),
-            OutboxPayload::Kill { fence, reason, .. } => format!("kill/{fence}/{}", reason.as_str()),
+            OutboxPayload::Kill { fence, reason, .. } => {
+                format!("kill/{fence}/{}", reason.as_str())
+            }
         }
     }
 }

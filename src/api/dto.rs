@@ -1,0 +1,169 @@
+//! The JSON shapes of the public contract (PRODUCT.md §9). Serde lives here, at the edge.
+
+use serde::Serialize;
+
+use crate::clock::rfc3339;
+use crate::engine::{Attempt, AttemptState, FailureClassification, Run, RunHeader, classify_run};
+
+#[derive(Serialize)]
+pub struct RunDetail {
+    pub id: String,
+    pub pipeline: String,
+    pub state: &'static str,
+    pub origin: String,
+    pub created_at: String,
+    pub updated_at: String,
+    pub cancel_requested_by: Option<String>,
+    pub steps: Vec<StepDetail>,
+    pub failure_classification: Option<ClassificationDto>,
+    pub auto_retry: AutoRetryDto,
+}
+
+#[derive(Serialize)]
+pub struct StepDetail {
+    pub name: String,
+    pub state: &'static str,
+    pub reason: Option<String>,
+    pub executor: &'static str,
+    pub needs: Vec<String>,
+    pub attempts: Vec<AttemptDto>,
+}
+
+#[derive(Serialize)]
+pub struct AttemptDto {
+    pub number: u32,
+    pub fence: u64,
+    pub state: &'static str,
+    pub class: Option<&'static str>,
+    pub started: bool,
+    pub reason: Option<String>,
+    pub exit_code: Option<i32>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub kill_requested: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+pub struct ClassificationDto {
+    pub category: &'static str,
+    pub auto_retryable: bool,
+    pub step: Option<String>,
+    pub reason: String,
+}
+
+/// The auto-retry block of the run detail. No sweep exists yet, so a run has made no
+/// auto-retry attempts; `max` is the default budget the sweep will use.
+#[derive(Serialize)]
+pub struct AutoRetryDto {
+    pub attempts: u32,
+    pub max: u32,
+    pub next_at: Option<String>,
+    pub quarantined: bool,
+    pub reason: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct RunSummary {
+    pub id: String,
+    pub pipeline: String,
+    pub state: &'static str,
+    pub origin: String,
+    pub created_at: String,
+    pub updated_at: String,
+    pub failure_classification: Option<ClassificationDto>,
+}
+
+impl From<FailureClassification> for ClassificationDto {
+    fn from(c: FailureClassification) -> Self {
+        ClassificationDto {
+            category: c.category,
+            auto_retryable: c.auto_retryable,
+            step: c.step,
+            reason: c.reason,
+        }
+    }
+}
+
+pub fn run_detail(run: &Run) -> RunDetail {
+    let header = &run.header;
+    let steps = run
+        .pipeline
+        .steps
+        .iter()
+        .zip(&run.steps)
+        .map(|(spec, progress)| StepDetail {
+            name: spec.name.clone(),
+            state: progress.state.as_str(),
+            reason: match &progress.state {
+                crate::engine::StepState::Failed { reason }
+                | crate::engine::StepState::DeadLettered { reason } => Some(reason.clone()),
+                _ => None,
+            },
+            executor: "local",
+            needs: spec
+                .needs
+                .iter()
+                .map(|&n| run.pipeline.steps[n].name.clone())
+                .collect(),
+            attempts: progress.attempts.iter().map(attempt_dto).collect(),
+        })
+        .collect();
+    RunDetail {
+        id: header.id.to_string(),
+        pipeline: header.pipeline_name.clone(),
+        state: header.state.as_str(),
+        origin: header.origin.clone(),
+        created_at: rfc3339(header.created_at),
+        updated_at: rfc3339(header.updated_at),
+        cancel_requested_by: header.cancel.as_ref().map(|c| c.by.clone()),
+        steps,
+        failure_classification: classify_run(run).map(Into::into),
+        auto_retry: AutoRetryDto {
+            attempts: 0,
+            max: 2,
+            next_at: None,
+            quarantined: header.state == crate::engine::RunState::Quarantined,
+            reason: None,
+        },
+    }
+}
+
+pub fn run_summary(
+    header: &RunHeader,
+    classification: Option<FailureClassification>,
+) -> RunSummary {
+    RunSummary {
+        id: header.id.to_string(),
+        pipeline: header.pipeline_name.clone(),
+        state: header.state.as_str(),
+        origin: header.origin.clone(),
+        created_at: rfc3339(header.created_at),
+        updated_at: rfc3339(header.updated_at),
+        failure_classification: classification.map(Into::into),
+    }
+}
+
+fn attempt_dto(attempt: &Attempt) -> AttemptDto {
+    let (state, started, started_at, finished) = match &attempt.state {
+        AttemptState::Launching => ("launching", false, None, None),
+        AttemptState::Running { confirmed_at, .. } => ("running", true, Some(*confirmed_at), None),
+        AttemptState::Finished(verdict) => (
+            "finished",
+            verdict.started,
+            verdict.started_at,
+            Some(verdict),
+        ),
+    };
+    AttemptDto {
+        number: attempt.number,
+        fence: attempt.fence.0,
+        state,
+        class: attempt.class().map(|c| c.as_str()),
+        started,
+        reason: finished.map(|v| v.reason.clone()),
+        exit_code: finished.and_then(|v| v.exit_code),
+        started_at: started_at.map(rfc3339),
+        finished_at: finished.map(|v| rfc3339(v.finished_at)),
+        kill_requested: attempt.kill.map(|k| k.as_str()),
+    }
+}

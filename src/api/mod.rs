@@ -1,0 +1,484 @@
+//! The HTTP API (`/v1`, JSON), health and readiness. Reads go straight to the store
+//! (redb readers never block the writer); writes go through the service's driver.
+
+pub mod dto;
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::engine::{RunId, RunState};
+use crate::limits;
+use crate::pipeline::{self, FieldError, Format};
+use crate::service::{CancelError, Service, SubmitError, driver_rebuild};
+use crate::store::records::{PipelineSource, SourceFormat};
+use crate::store::{RunQuery, StoreError};
+
+#[derive(Clone)]
+pub struct ApiState {
+    pub service: Service,
+    pub admin_token: Arc<String>,
+}
+
+pub fn router(state: ApiState) -> Router {
+    let v1 = Router::new()
+        .route("/runs", post(submit).get(list_runs))
+        .route("/runs/{id}", get(show_run))
+        .route("/runs/{id}/history", get(history))
+        .route("/runs/{id}/cancel", post(cancel))
+        .route("/runs/{id}/steps/{step}/logs", get(logs))
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .nest("/v1", v1)
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
+        // Spelled out: bodies above this are refused with 413 before they are read.
+        .layer(DefaultBodyLimit::max(limits::API_BODY_MAX_BYTES))
+        .with_state(state)
+}
+
+/// A JSON error: `{"error": …, "field": …?, "errors": […]?}`.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    body: serde_json::Value,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            body: json!({"error": message.into()}),
+        }
+    }
+
+    fn invalid(errors: &[FieldError]) -> ApiError {
+        let first = errors.first();
+        let list: Vec<_> = errors
+            .iter()
+            .map(|e| json!({"field": e.field, "line": e.line, "message": e.message}))
+            .collect();
+        ApiError {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            body: json!({
+                "error": first.map(ToString::to_string).unwrap_or_else(|| "invalid pipeline".into()),
+                "field": first.map(|e| e.field.clone()),
+                "errors": list,
+            }),
+        }
+    }
+
+    fn field(status: StatusCode, field: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            body: json!({"error": message.into(), "field": field}),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.body)).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        tracing::error!(%error, "store error serving a request");
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
+    }
+}
+
+async fn authenticate(State(state): State<ApiState>, request: Request, next: Next) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let valid = presented.is_some_and(|token| {
+        use subtle::ConstantTimeEq;
+        bool::from(token.as_bytes().ct_eq(state.admin_token.as_bytes()))
+    });
+    if !valid {
+        // Never log the presented token.
+        tracing::warn!(path = %request.uri().path(), presented = presented.is_some(), "authentication failed");
+        return ApiError::new(StatusCode::UNAUTHORIZED, "missing or invalid bearer token")
+            .into_response();
+    }
+    next.run(request).await
+}
+
+async fn readyz(State(state): State<ApiState>) -> Response {
+    let depth = state.service.store.read().and_then(|r| r.outbox_depth());
+    match (state.service.is_ready(), depth) {
+        (true, Ok(depth)) => Json(json!({"ready": true, "outbox_depth": depth})).into_response(),
+        (false, _) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"ready": false, "reason": "re-adopting"})),
+        )
+            .into_response(),
+        (_, Err(error)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"ready": false, "reason": error.to_string()})),
+        )
+            .into_response(),
+    }
+}
+
+fn body_format(headers: &HeaderMap, body: &[u8]) -> Format {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if content_type.contains("json") {
+        Format::Json
+    } else if content_type.contains("yaml") {
+        Format::Yaml
+    } else if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+        Format::Json
+    } else {
+        Format::Yaml
+    }
+}
+
+async fn submit(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|rejection| {
+        let status = rejection.status();
+        let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            format!("request body exceeds {} bytes", limits::API_BODY_MAX_BYTES)
+        } else {
+            rejection.body_text()
+        };
+        ApiError::new(status, message)
+    })?;
+    let idempotency_key = idempotency_key(&headers)?;
+    let text = std::str::from_utf8(&body)
+        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "body is not UTF-8"))?;
+    let format = body_format(&headers, &body);
+    let outcome = pipeline::parse(text, format).map_err(|errors| ApiError::invalid(&errors))?;
+    let source = PipelineSource {
+        format: match format {
+            Format::Yaml => SourceFormat::Yaml,
+            Format::Json => SourceFormat::Json,
+        },
+        text: text.to_string(),
+    };
+    let origin = crate::engine::classification::LOCAL_ORIGIN.to_string();
+    let submitted = state
+        .service
+        .submit(source, Arc::new(outcome.pipeline), origin, idempotency_key)
+        .await
+        .map_err(|e| match e {
+            SubmitError::ShuttingDown => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+            }
+            SubmitError::Store(_) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+            }
+        })?;
+    let body = json!({"id": submitted.id.to_string(), "warnings": outcome.warnings, "existing": submitted.existing});
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value.to_str().map_err(|_| {
+        ApiError::field(
+            StatusCode::BAD_REQUEST,
+            "Idempotency-Key",
+            "must be visible ASCII",
+        )
+    })?;
+    if key.is_empty() || key.len() > limits::IDEMPOTENCY_KEY_MAX_BYTES {
+        let message = format!("must be 1..={} bytes", limits::IDEMPOTENCY_KEY_MAX_BYTES);
+        return Err(ApiError::field(
+            StatusCode::BAD_REQUEST,
+            "Idempotency-Key",
+            message,
+        ));
+    }
+    Ok(Some(key.to_string()))
+}
+
+fn parse_run_id(id: &str) -> Result<RunId, ApiError> {
+    id.parse()
+        .map_err(|e: String| ApiError::field(StatusCode::BAD_REQUEST, "id", e))
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    state: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+async fn list_runs(
+    State(state): State<ApiState>,
+    Query(query): Query<ListQuery>,
+) -> Result<Response, ApiError> {
+    let run_state = match &query.state {
+        Some(name) => Some(RunState::parse(name).ok_or_else(|| {
+            let known: Vec<_> = RunState::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::field(
+                StatusCode::BAD_REQUEST,
+                "state",
+                format!("unknown state {name:?}; one of {}", known.join(", ")),
+            )
+        })?),
+        None => None,
+    };
+    let limit = query.limit.unwrap_or(limits::API_PAGE_DEFAULT);
+    if limit == 0 || limit > limits::API_PAGE_MAX {
+        let message = format!("must be 1..={}", limits::API_PAGE_MAX);
+        return Err(ApiError::field(StatusCode::BAD_REQUEST, "limit", message));
+    }
+    let after = query.cursor.as_deref().map(parse_cursor).transpose()?;
+    let read = state.service.store.read()?;
+    let headers = read.list_runs(&RunQuery {
+        state: run_state,
+        after,
+        limit,
+    })?;
+    let next_cursor = (headers.len() == limit)
+        .then(|| {
+            headers
+                .last()
+                .map(|h| format!("{}.{}", h.updated_at.0, h.id))
+        })
+        .flatten();
+    let mut runs = Vec::with_capacity(headers.len());
+    for header in headers {
+        let classification = if matches!(
+            header.state,
+            RunState::Failed | RunState::DeadLettered | RunState::Cancelled | RunState::Quarantined
+        ) {
+            read.run(header.id)?
+                .and_then(|stored| driver_rebuild(stored).ok())
+                .and_then(|run| crate::engine::classify_run(&run))
+        } else {
+            None
+        };
+        runs.push(dto::run_summary(&header, classification));
+    }
+    Ok(Json(json!({"runs": runs, "next_cursor": next_cursor})).into_response())
+}
+
+fn parse_cursor(cursor: &str) -> Result<(u64, RunId), ApiError> {
+    let bad = || {
+        ApiError::field(
+            StatusCode::BAD_REQUEST,
+            "cursor",
+            "not a cursor this server issued",
+        )
+    };
+    let (updated, run) = cursor.split_once('.').ok_or_else(bad)?;
+    Ok((
+        updated.parse().map_err(|_| bad())?,
+        run.parse().map_err(|_| bad())?,
+    ))
+}
+
+async fn load_run(state: &ApiState, id: &str) -> Result<crate::engine::Run, ApiError> {
+    let id = parse_run_id(id)?;
+    let stored = state
+        .service
+        .store
+        .read()?
+        .run(id)?
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("run {id} not found")))?;
+    driver_rebuild(stored).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("stored run {id}: {e}"),
+        )
+    })
+}
+
+async fn show_run(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let run = load_run(&state, &id).await?;
+    Ok(Json(dto::run_detail(&run)).into_response())
+}
+
+#[derive(Deserialize)]
+struct HistoryQuery {
+    after: Option<u32>,
+    limit: Option<usize>,
+}
+
+async fn history(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    Query(query): Query<HistoryQuery>,
+) -> Result<Response, ApiError> {
+    let run = parse_run_id(&id)?;
+    let limit = query.limit.unwrap_or(limits::HISTORY_PAGE_MAX);
+    if limit == 0 || limit > limits::HISTORY_PAGE_MAX {
+        let message = format!("must be 1..={}", limits::HISTORY_PAGE_MAX);
+        return Err(ApiError::field(StatusCode::BAD_REQUEST, "limit", message));
+    }
+    let read = state.service.store.read()?;
+    if read.run_header(run)?.is_none() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("run {run} not found"),
+        ));
+    }
+    let events = read.history(run, query.after, limit)?;
+    let next = (events.len() == limit)
+        .then(|| events.last().map(|(seq, _)| *seq))
+        .flatten();
+    let events: Vec<_> = events
+        .into_iter()
+        .map(|(seq, record)| {
+            let detail: serde_json::Value = serde_json::from_str(&record.detail).unwrap_or(json!({}));
+            json!({"seq": seq, "at": crate::clock::rfc3339(record.at), "kind": record.kind, "detail": detail})
+        })
+        .collect();
+    Ok(Json(json!({"events": events, "next_after": next})).into_response())
+}
+
+#[derive(Deserialize, Default)]
+struct CancelBody {
+    by: Option<String>,
+}
+
+async fn cancel(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    body: Option<Json<CancelBody>>,
+) -> Result<Response, ApiError> {
+    let run = parse_run_id(&id)?;
+    let by = body
+        .and_then(|Json(b)| b.by)
+        .unwrap_or_else(|| "api".to_string());
+    let by = limits::clip(&by, limits::ORIGIN_MAX_BYTES);
+    state.service.cancel(run, by).await.map_err(|e| match e {
+        CancelError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, e.to_string()),
+        CancelError::Rejected(_) => ApiError::new(StatusCode::CONFLICT, e.to_string()),
+        CancelError::ShuttingDown => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+        CancelError::Store(_) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    })?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"id": run.to_string(), "cancel": "requested"})),
+    )
+        .into_response())
+}
+
+#[derive(Deserialize)]
+struct LogQuery {
+    stream: Option<String>,
+    attempt: Option<u32>,
+    offset: Option<u64>,
+    limit: Option<u64>,
+}
+
+async fn logs(
+    State(state): State<ApiState>,
+    Path((id, step)): Path<(String, String)>,
+    Query(query): Query<LogQuery>,
+) -> Result<Response, ApiError> {
+    let run = load_run(&state, &id).await?;
+    let index = run.pipeline.step_index(&step).ok_or_else(|| {
+        ApiError::field(
+            StatusCode::NOT_FOUND,
+            "step",
+            format!("run has no step {step:?}"),
+        )
+    })?;
+    let attempts = &run.steps[index].attempts;
+    let attempt = match query.attempt {
+        Some(n) => attempts.iter().find(|a| a.number == n),
+        None => attempts.last(),
+    }
+    .ok_or_else(|| ApiError::field(StatusCode::NOT_FOUND, "attempt", "no such attempt"))?;
+    let file = match query.stream.as_deref().unwrap_or("stdout") {
+        "stdout" => crate::executor::local::files::STDOUT,
+        "stderr" => crate::executor::local::files::STDERR,
+        other => {
+            return Err(ApiError::field(
+                StatusCode::BAD_REQUEST,
+                "stream",
+                format!("{other:?} is not stdout or stderr"),
+            ));
+        }
+    };
+    let limit = query
+        .limit
+        .unwrap_or(limits::LOG_CHUNK_MAX_BYTES)
+        .min(limits::LOG_CHUNK_MAX_BYTES);
+    let offset = query.offset.unwrap_or(0);
+    let path = crate::executor::local::files::attempt_dir(
+        &state.service.state_dir.attempts(),
+        attempt.fence,
+    )
+    .join(file);
+    let (bytes, size) = read_chunk(&path, offset, limit).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("reading log: {e}"),
+        )
+    })?;
+    let next = offset + bytes.len() as u64;
+    let finished = !attempt.is_in_flight();
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                "text/plain; charset=utf-8".to_string(),
+            ),
+            (
+                header::HeaderName::from_static("x-scarab-log-size"),
+                size.to_string(),
+            ),
+            (
+                header::HeaderName::from_static("x-scarab-next-offset"),
+                next.to_string(),
+            ),
+            (
+                header::HeaderName::from_static("x-scarab-attempt-finished"),
+                finished.to_string(),
+            ),
+        ],
+        bytes,
+    )
+        .into_response())
+}
+
+async fn read_chunk(
+    path: &std::path::Path,
+    offset: u64,
+    limit: u64,
+) -> std::io::Result<(Vec<u8>, u64)> {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let mut file = match tokio::fs::File::open(path).await {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
+        Err(e) => return Err(e),
+    };
+    let size = file.metadata().await?.len();
+    file.seek(std::io::SeekFrom::Start(offset.min(size)))
+        .await?;
+    let mut bytes = Vec::new();
+    file.take(limit).read_to_end(&mut bytes).await?;
+    Ok((bytes, size))
+}

@@ -1,0 +1,348 @@
+//! Client commands: thin HTTP calls to a running service, tables for people and
+//! `-o json` for scripts.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+use super::{ClientArgs, Output};
+
+struct Client {
+    agent: ureq::Agent,
+    base: String,
+    token: String,
+}
+
+struct Answer {
+    status: u16,
+    body: String,
+    headers: ureq::http::HeaderMap,
+}
+
+impl Answer {
+    fn json(&self) -> anyhow::Result<Value> {
+        serde_json::from_str(&self.body)
+            .with_context(|| format!("the service answered {} with non-JSON", self.status))
+    }
+
+    fn ok(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// The service's error message, as the user should read it.
+    fn error(&self) -> String {
+        match serde_json::from_str::<Value>(&self.body) {
+            Ok(body) => match body.get("errors").and_then(Value::as_array) {
+                Some(errors) if !errors.is_empty() => errors
+                    .iter()
+                    .map(|e| {
+                        let field = e["field"].as_str().unwrap_or("");
+                        let line = e["line"]
+                            .as_u64()
+                            .map(|l| format!(" (line {l})"))
+                            .unwrap_or_default();
+                        format!("{field}{line}: {}", e["message"].as_str().unwrap_or(""))
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                _ => body["error"].as_str().unwrap_or(&self.body).to_string(),
+            },
+            Err(_) => self.body.clone(),
+        }
+    }
+}
+
+impl Client {
+    fn new(args: &ClientArgs) -> anyhow::Result<Client> {
+        let token = match (&args.token, &args.state_dir) {
+            (Some(token), _) => token.clone(),
+            (None, Some(dir)) => {
+                let path = dir.join("admin.token");
+                std::fs::read_to_string(&path)
+                    .with_context(|| format!("reading the admin token from {}", path.display()))?
+                    .trim()
+                    .to_string()
+            }
+            (None, None) => bail!("no token: pass --token (or SCARAB_TOKEN) or --state-dir"),
+        };
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build()
+            .into();
+        Ok(Client {
+            agent,
+            base: args.url.trim_end_matches('/').to_string(),
+            token,
+        })
+    }
+
+    fn get(&self, path: &str) -> anyhow::Result<Answer> {
+        let response = self
+            .agent
+            .get(format!("{}{path}", self.base))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .call()
+            .with_context(|| format!("calling {}", self.base))?;
+        answer(response)
+    }
+
+    fn post(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: &[u8],
+        headers: &[(&str, &str)],
+    ) -> anyhow::Result<Answer> {
+        let mut request = self
+            .agent
+            .post(format!("{}{path}", self.base))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .header("Content-Type", content_type);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request
+            .send(body)
+            .with_context(|| format!("calling {}", self.base))?;
+        answer(response)
+    }
+}
+
+fn answer(mut response: ureq::http::Response<ureq::Body>) -> anyhow::Result<Answer> {
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(64 * 1024 * 1024)
+        .read_to_string()
+        .context("reading the answer")?;
+    Ok(Answer {
+        status,
+        body,
+        headers,
+    })
+}
+
+/// 4xx for bad input exits 2 (as `validate` does); anything else failing exits 1.
+fn fail(answer: &Answer) -> anyhow::Result<ExitCode> {
+    eprintln!("{}", answer.error());
+    Ok(ExitCode::from(if (400..500).contains(&answer.status) {
+        2
+    } else {
+        1
+    }))
+}
+
+fn print_json(value: &Value) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+pub fn submit(
+    args: &ClientArgs,
+    file: &Path,
+    quiet: bool,
+    idempotency_key: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let client = Client::new(args)?;
+    let body = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let content_type = match file.extension().and_then(|e| e.to_str()) {
+        Some("json") => "application/json",
+        _ => "application/yaml",
+    };
+    let headers: Vec<(&str, &str)> = idempotency_key
+        .map(|k| ("Idempotency-Key", k))
+        .into_iter()
+        .collect();
+    let answer = client.post("/v1/runs", content_type, &body, &headers)?;
+    if !answer.ok() {
+        return fail(&answer);
+    }
+    let value = answer.json()?;
+    if !quiet {
+        for warning in value["warnings"].as_array().into_iter().flatten() {
+            eprintln!("warning: {}", warning.as_str().unwrap_or_default());
+        }
+    }
+    match args.output {
+        Output::Json if !quiet => print_json(&value)?,
+        _ => println!("{}", value["id"].as_str().unwrap_or_default()),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn runs(
+    args: &ClientArgs,
+    state: Option<&str>,
+    limit: usize,
+    cursor: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let client = Client::new(args)?;
+    let mut path = format!("/v1/runs?limit={limit}");
+    if let Some(state) = state {
+        path.push_str(&format!("&state={state}"));
+    }
+    if let Some(cursor) = cursor {
+        path.push_str(&format!("&cursor={cursor}"));
+    }
+    let answer = client.get(&path)?;
+    if !answer.ok() {
+        return fail(&answer);
+    }
+    let value = answer.json()?;
+    if let Output::Json = args.output {
+        print_json(&value)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<28} {:<20} {:<14} {:<26} WHY",
+        "ID", "PIPELINE", "STATE", "UPDATED"
+    );
+    for run in value["runs"].as_array().into_iter().flatten() {
+        let why = run["failure_classification"]["category"]
+            .as_str()
+            .unwrap_or("");
+        println!(
+            "{:<28} {:<20} {:<14} {:<26} {why}",
+            run["id"].as_str().unwrap_or(""),
+            run["pipeline"].as_str().unwrap_or(""),
+            run["state"].as_str().unwrap_or(""),
+            run["updated_at"].as_str().unwrap_or("")
+        );
+    }
+    if let Some(next) = value["next_cursor"].as_str() {
+        println!("(more: --cursor {next})");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn show(args: &ClientArgs, run: &str) -> anyhow::Result<ExitCode> {
+    let client = Client::new(args)?;
+    let answer = client.get(&format!("/v1/runs/{run}"))?;
+    if !answer.ok() {
+        return fail(&answer);
+    }
+    let value = answer.json()?;
+    if let Output::Json = args.output {
+        print_json(&value)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "run {}  pipeline {}  state {}",
+        value["id"].as_str().unwrap_or(""),
+        value["pipeline"].as_str().unwrap_or(""),
+        value["state"].as_str().unwrap_or("")
+    );
+    println!(
+        "created {}  updated {}",
+        value["created_at"].as_str().unwrap_or(""),
+        value["updated_at"].as_str().unwrap_or("")
+    );
+    if let Some(c) = value["failure_classification"].as_object() {
+        println!(
+            "failure: {} in step {} ({}), auto-retryable: {}",
+            c["category"].as_str().unwrap_or(""),
+            c["step"].as_str().unwrap_or("-"),
+            c["reason"].as_str().unwrap_or(""),
+            c["auto_retryable"]
+        );
+    }
+    println!(
+        "{:<20} {:<14} {:>7} {:>7}  {:<20} {:<9} REASON",
+        "STEP", "STATE", "ATTEMPT", "FENCE", "CLASS", "EXIT"
+    );
+    for step in value["steps"].as_array().into_iter().flatten() {
+        let attempts = step["attempts"].as_array().cloned().unwrap_or_default();
+        if attempts.is_empty() {
+            println!(
+                "{:<20} {:<14}",
+                step["name"].as_str().unwrap_or(""),
+                step["state"].as_str().unwrap_or("")
+            );
+        }
+        for attempt in attempts {
+            println!(
+                "{:<20} {:<14} {:>7} {:>7}  {:<20} {:<9} {}",
+                step["name"].as_str().unwrap_or(""),
+                step["state"].as_str().unwrap_or(""),
+                attempt["number"],
+                attempt["fence"],
+                attempt["class"]
+                    .as_str()
+                    .unwrap_or(attempt["state"].as_str().unwrap_or("")),
+                attempt["exit_code"]
+                    .as_i64()
+                    .map(|c| c.to_string())
+                    .unwrap_or_default(),
+                attempt["reason"].as_str().unwrap_or("")
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn logs(
+    args: &ClientArgs,
+    run: &str,
+    step: &str,
+    stream: &str,
+    attempt: Option<u32>,
+    follow: bool,
+) -> anyhow::Result<ExitCode> {
+    let client = Client::new(args)?;
+    let mut offset = 0u64;
+    let mut out = std::io::stdout().lock();
+    loop {
+        let mut path = format!("/v1/runs/{run}/steps/{step}/logs?stream={stream}&offset={offset}");
+        if let Some(n) = attempt {
+            path.push_str(&format!("&attempt={n}"));
+        }
+        let answer = client.get(&path)?;
+        if !answer.ok() {
+            return fail(&answer);
+        }
+        out.write_all(answer.body.as_bytes())?;
+        out.flush()?;
+        offset = header_u64(&answer, "x-scarab-next-offset").unwrap_or(offset);
+        let finished = answer
+            .headers
+            .get("x-scarab-attempt-finished")
+            .and_then(|v| v.to_str().ok())
+            == Some("true");
+        let size = header_u64(&answer, "x-scarab-log-size").unwrap_or(0);
+        if !follow || (finished && offset >= size) {
+            return Ok(ExitCode::SUCCESS);
+        }
+        if offset >= size {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+}
+
+fn header_u64(answer: &Answer, name: &str) -> Option<u64> {
+    answer.headers.get(name)?.to_str().ok()?.parse().ok()
+}
+
+pub fn cancel(args: &ClientArgs, run: &str) -> anyhow::Result<ExitCode> {
+    let client = Client::new(args)?;
+    let answer = client.post(
+        &format!("/v1/runs/{run}/cancel"),
+        "application/json",
+        br#"{"by":"cli"}"#,
+        &[],
+    )?;
+    if !answer.ok() {
+        return fail(&answer);
+    }
+    match args.output {
+        Output::Json => print_json(&answer.json()?)?,
+        Output::Table => println!("cancel requested for {run}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}

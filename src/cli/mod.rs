@@ -1,0 +1,375 @@
+//! The `scarab` command line: `serve` and `run` start the engine; the client commands
+//! talk to a running service over HTTP.
+
+mod client;
+mod progress;
+mod serve;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::pipeline::{self, Format};
+use crate::service::{self, Settings, StateDir};
+use crate::store::records::{PipelineSource, SourceFormat};
+
+#[derive(Parser)]
+#[command(
+    name = "scarab",
+    version,
+    about = "A single-node pipeline runner: fenced attempts, honest failure classes, one redb file"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, Debug, Default, ValueEnum)]
+pub enum Output {
+    #[default]
+    Table,
+    Json,
+}
+
+#[derive(Clone, Copy, Debug, Default, ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Human,
+    Json,
+}
+
+/// Options of every command that talks to a running service.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ClientArgs {
+    /// Base URL of the service.
+    #[arg(
+        long,
+        env = "SCARAB_URL",
+        default_value = "http://127.0.0.1:7300",
+        global = true
+    )]
+    url: String,
+    /// API token (default: read from --state-dir's admin.token).
+    #[arg(long, env = "SCARAB_TOKEN", hide_env_values = true, global = true)]
+    token: Option<String>,
+    /// State dir of a local service, to read its admin token from.
+    #[arg(long, env = "SCARAB_STATE_DIR", global = true)]
+    state_dir: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table, global = true)]
+    output: Output,
+}
+
+/// Engine settings shared by `serve` and `run`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct EngineArgs {
+    /// Step timeout for steps that name none.
+    #[arg(long, env = "SCARAB_DEFAULT_STEP_TIMEOUT", default_value = "1h", value_parser = humantime::parse_duration)]
+    default_step_timeout: Duration,
+    /// Never-started retries every step gets (0..=20).
+    #[arg(long, env = "SCARAB_INFRA_RETRIES", default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=20))]
+    infra_retries: u32,
+    /// Grace between SIGTERM and SIGKILL when Scarab stops a step.
+    #[arg(long, env = "SCARAB_KILL_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]
+    kill_grace: Duration,
+}
+
+impl EngineArgs {
+    fn settings(&self) -> Settings {
+        let mut settings = Settings::default();
+        settings.engine.default_step_timeout = self.default_step_timeout;
+        settings.engine.infra_retries = self.infra_retries;
+        settings.kill_grace = self.kill_grace;
+        settings
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the service: HTTP API, engine and executors.
+    Serve {
+        #[arg(long, env = "SCARAB_STATE_DIR")]
+        state_dir: PathBuf,
+        #[arg(long, env = "SCARAB_LISTEN", default_value = "127.0.0.1:7300")]
+        listen: String,
+        #[arg(long, value_enum, default_value_t = LogFormat::Human)]
+        log_format: LogFormat,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// Run one pipeline in-process to completion with live progress. Exits 0 if it
+    /// succeeded, 1 if it failed or was dead-lettered, 2 for invalid input.
+    Run {
+        file: PathBuf,
+        /// Where to keep state (default: ./.scarab).
+        #[arg(long, default_value = ".scarab")]
+        state_dir: PathBuf,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// Check a pipeline file: exits 0 when valid, 2 with every error on stderr when not.
+    Validate { file: PathBuf },
+    /// Print the pipeline format's JSON Schema.
+    Schema,
+    /// Submit a pipeline to a running service; prints the run id.
+    Submit {
+        file: PathBuf,
+        /// Print only the run id.
+        #[arg(short, long)]
+        quiet: bool,
+        /// Resubmitting with the same key returns the same run.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// List runs, newest first.
+    Runs {
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[arg(long)]
+        cursor: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Show one run with every attempt, fence, class and reason.
+    Show {
+        run: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Print a step's log (stdout by default; the last attempt unless --attempt).
+    Logs {
+        run: String,
+        step: String,
+        #[arg(long, default_value = "stdout")]
+        stream: String,
+        #[arg(long)]
+        attempt: Option<u32>,
+        /// Keep printing until the attempt finishes.
+        #[arg(short, long)]
+        follow: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Cancel a run: running steps are stopped, pending ones never start.
+    Cancel {
+        run: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Supervise one local attempt (started by the service; not for direct use).
+    #[command(hide = true)]
+    Supervise { dir: PathBuf },
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(cli.command) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Serve {
+            state_dir,
+            listen,
+            log_format,
+            engine,
+        } => serve::serve(&state_dir, &listen, log_format, engine.settings()),
+        Command::Run {
+            file,
+            state_dir,
+            engine,
+        } => run(&file, &state_dir, engine.settings()),
+        Command::Validate { file } => validate(&file),
+        Command::Schema => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&pipeline::doc::json_schema())?
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Submit {
+            file,
+            quiet,
+            idempotency_key,
+            client,
+        } => client::submit(&client, &file, quiet, idempotency_key.as_deref()),
+        Command::Runs {
+            state,
+            limit,
+            cursor,
+            client,
+        } => client::runs(&client, state.as_deref(), limit, cursor.as_deref()),
+        Command::Show { run, client } => client::show(&client, &run),
+        Command::Logs {
+            run,
+            step,
+            stream,
+            attempt,
+            follow,
+            client,
+        } => client::logs(&client, &run, &step, &stream, attempt, follow),
+        Command::Cancel { run, client } => client::cancel(&client, &run),
+        Command::Supervise { dir } => {
+            crate::executor::local::supervisor::supervise(&dir)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Reads and parses a pipeline file. `Err` holds the printed exit code 2 case.
+fn load_pipeline(
+    file: &Path,
+) -> anyhow::Result<Result<(PipelineSource, pipeline::ParseOutcome), ExitCode>> {
+    let metadata =
+        std::fs::metadata(file).with_context(|| format!("reading {}", file.display()))?;
+    if metadata.len() > crate::limits::PIPELINE_MAX_BYTES as u64 {
+        eprintln!(
+            "{}: file is {} bytes, over the limit of {}",
+            file.display(),
+            metadata.len(),
+            crate::limits::PIPELINE_MAX_BYTES
+        );
+        return Ok(Err(ExitCode::from(2)));
+    }
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let format = match file.extension().and_then(|e| e.to_str()) {
+        Some("json") => Format::Json,
+        _ => Format::Yaml,
+    };
+    match pipeline::parse(&text, format) {
+        Ok(outcome) => {
+            let source = PipelineSource {
+                format: match format {
+                    Format::Yaml => SourceFormat::Yaml,
+                    Format::Json => SourceFormat::Json,
+                },
+                text,
+            };
+            Ok(Ok((source, outcome)))
+        }
+        Err(errors) => {
+            for error in &errors {
+                eprintln!("{}: {error}", file.display());
+            }
+            Ok(Err(ExitCode::from(2)))
+        }
+    }
+}
+
+fn validate(file: &Path) -> anyhow::Result<ExitCode> {
+    match load_pipeline(file)? {
+        Ok((_, outcome)) => {
+            for warning in &outcome.warnings {
+                eprintln!("warning: {warning}");
+            }
+            println!(
+                "{}: valid ({} steps)",
+                file.display(),
+                outcome.pipeline.steps.len()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(code) => Ok(code),
+    }
+}
+
+fn run(file: &Path, state_dir: &Path, settings: Settings) -> anyhow::Result<ExitCode> {
+    let (source, outcome) = match load_pipeline(file)? {
+        Ok(loaded) => loaded,
+        Err(code) => return Ok(code),
+    };
+    for warning in &outcome.warnings {
+        eprintln!("warning: {warning}");
+    }
+    serve::init_logging(LogFormat::Human, "warn");
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(run_in_process(
+        state_dir,
+        settings,
+        source,
+        outcome.pipeline,
+    ))
+}
+
+async fn run_in_process(
+    state_dir: &Path,
+    settings: Settings,
+    source: PipelineSource,
+    pipeline: pipeline::Pipeline,
+) -> anyhow::Result<ExitCode> {
+    let exe = std::env::current_exe().context("locating the scarab binary")?;
+    let running = service::start(StateDir::new(state_dir), settings, exe)
+        .await
+        .with_context(|| format!("starting on state dir {}", state_dir.display()))?;
+    let service = running.service.clone();
+    let origin = crate::engine::classification::LOCAL_ORIGIN.to_string();
+    let submitted = service
+        .submit(source, Arc::new(pipeline), origin, None)
+        .await?;
+    eprintln!(
+        "run {} submitted (state dir {})",
+        submitted.id,
+        state_dir.display()
+    );
+    let mut progress = progress::Progress::new();
+    let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut cancelled = false;
+    let run = loop {
+        let stored = service
+            .store
+            .read()?
+            .run(submitted.id)?
+            .context("the submitted run vanished")?;
+        let run = service::driver_rebuild(stored).map_err(anyhow::Error::msg)?;
+        progress.show(&run);
+        if run.header.state.is_terminal() {
+            break run;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            _ = interrupts.recv() => {
+                if cancelled {
+                    eprintln!("interrupted again: leaving; running steps will be re-adopted by the next start");
+                    return Ok(ExitCode::from(130));
+                }
+                cancelled = true;
+                eprintln!("cancelling (interrupt again to leave at once)");
+                let _ = service.cancel(submitted.id, "cli".into()).await;
+            }
+        }
+    };
+    running.stop().await;
+    let state = run.header.state;
+    let classification = crate::engine::classify_run(&run);
+    match classification {
+        Some(c) => eprintln!(
+            "run {} {}: {} in step {} ({})",
+            run.header.id,
+            state.as_str(),
+            c.category,
+            c.step.unwrap_or_default(),
+            c.reason
+        ),
+        None => eprintln!("run {} {}", run.header.id, state.as_str()),
+    }
+    Ok(if state == crate::engine::RunState::Succeeded {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -1,0 +1,149 @@
+//! The fence-named attempt directory shared by the service and its supervisors.
+//!
+//! `<state>/attempts/<fence>/` holds `spec.json` (what to run), `lock` (held by the live
+//! supervisor: a PID-reuse-safe liveness check), `supervisor.json` (written before the step
+//! is spawned: its presence means the step may have run), `child.json`, `kill.json`
+//! (Scarab's stop request), `stdout.log`, `stderr.log` and, last, `verdict.json`.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{Fence, KillReason, RunId};
+
+pub const SPEC: &str = "spec.json";
+pub const LOCK: &str = "lock";
+pub const SUPERVISOR: &str = "supervisor.json";
+pub const CHILD: &str = "child.json";
+pub const KILL: &str = "kill.json";
+pub const VERDICT: &str = "verdict.json";
+pub const STDOUT: &str = "stdout.log";
+pub const STDERR: &str = "stderr.log";
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spec {
+    pub run: RunId,
+    pub step: usize,
+    pub step_name: String,
+    pub attempt: u32,
+    pub fence: Fence,
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub workdir: Option<String>,
+    pub timeout_ms: u64,
+    pub kill_grace_ms: u64,
+}
+
+/// A process identity that survives PID reuse: the pid plus its start time in clock ticks
+/// since boot (`/proc/<pid>/stat` field 22).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessIdentity {
+    pub pid: i32,
+    pub start_ticks: u64,
+}
+
+impl ProcessIdentity {
+    pub fn of(pid: i32) -> Option<ProcessIdentity> {
+        Some(ProcessIdentity {
+            pid,
+            start_ticks: start_ticks(pid)?,
+        })
+    }
+
+    /// True only if this very process (not a later one with the same pid) is alive.
+    pub fn is_alive(&self) -> bool {
+        start_ticks(self.pid) == Some(self.start_ticks)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KillRequest {
+    pub reason: KillReason,
+}
+
+fn start_ticks(pid: i32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: fields resume after the
+    // last ')'. Field 3 is the state; a zombie has finished running.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let mut fields = rest.split_whitespace();
+    if fields.next()? == "Z" {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
+}
+
+pub fn attempt_dir(attempts: &Path, fence: Fence) -> PathBuf {
+    attempts.join(fence.0.to_string())
+}
+
+/// Writes `name` in `dir` so that readers see the old content or the whole new one,
+/// and (with `durable`) so that it survives a power cut once this returns.
+pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], durable: bool) -> io::Result<()> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut file = File::create(&tmp)?;
+    file.write_all(bytes)?;
+    if durable {
+        file.sync_all()?;
+    }
+    drop(file);
+    fs::rename(&tmp, dir.join(name))?;
+    if durable {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+pub fn write_json<T: Serialize>(
+    dir: &Path,
+    name: &str,
+    value: &T,
+    durable: bool,
+) -> io::Result<()> {
+    let bytes = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
+    write_atomic(dir, name, &bytes, durable)
+}
+
+/// `Ok(None)` when the file does not exist.
+pub fn read_json<T: DeserializeOwned>(dir: &Path, name: &str) -> io::Result<Option<T>> {
+    match fs::read(dir.join(name)) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{name}: {e}"))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Opens the attempt's lock file (creating it).
+pub fn open_lock(dir: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.join(LOCK))
+}
+
+/// Is a supervisor holding this attempt's lock? The kernel drops the lock when the
+/// process dies, so unlike a pid this cannot be fooled by reuse. Probes with a shared
+/// lock so that a supervisor's blocking exclusive lock merely waits, never fails.
+pub fn supervisor_holds_lock(dir: &Path) -> io::Result<bool> {
+    let file = match OpenOptions::new().read(true).open(dir.join(LOCK)) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    match rustix::fs::flock(
+        file.as_fd(),
+        rustix::fs::FlockOperation::NonBlockingLockShared,
+    ) {
+        Ok(()) => Ok(false),
+        Err(rustix::io::Errno::WOULDBLOCK) => Ok(true),
+        Err(e) => Err(e.into()),
+    }
+}

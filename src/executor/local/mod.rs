@@ -1,0 +1,358 @@
+//! The local executor: every attempt is a `scarab supervise` process in its own session,
+//! working in a fence-named directory under the state dir.
+
+pub mod files;
+pub mod supervisor;
+
+use std::collections::HashSet;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustix::process::{Pid, PidfdFlags, Signal};
+use tokio::sync::mpsc;
+
+use super::{Adoption, Executor, ExecutorError, Report};
+use crate::engine::{FailureClass, Fence, KillReason, Outcome, RunId, Verdict};
+use crate::store::records::LaunchRecord;
+use files::{KillRequest, ProcessIdentity, Spec};
+
+#[derive(Clone)]
+pub struct LocalExecutor {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    attempts_dir: PathBuf,
+    supervisor_exe: PathBuf,
+    kill_grace: Duration,
+    reports: mpsc::Sender<Report>,
+    /// Fences with a watcher task, so a redelivered launch never watches twice.
+    watching: Mutex<HashSet<Fence>>,
+}
+
+/// What an attempt directory says about its attempt.
+enum Probe {
+    /// No supervisor ever started: safe to start (again) under this fence.
+    Fresh,
+    Alive(ProcessIdentity),
+    Finished(Verdict),
+    /// A supervisor started and is gone without a verdict.
+    Vanished,
+}
+
+impl LocalExecutor {
+    /// `supervisor_exe` is this very binary (`scarab supervise` is one of its commands).
+    pub fn new(
+        attempts_dir: PathBuf,
+        supervisor_exe: PathBuf,
+        kill_grace: Duration,
+        reports: mpsc::Sender<Report>,
+    ) -> io::Result<Self> {
+        std::fs::create_dir_all(&attempts_dir)?;
+        Ok(LocalExecutor {
+            inner: Arc::new(Inner {
+                attempts_dir,
+                supervisor_exe,
+                kill_grace,
+                reports,
+                watching: Mutex::new(HashSet::new()),
+            }),
+        })
+    }
+
+    pub fn attempt_dir(&self, fence: Fence) -> PathBuf {
+        files::attempt_dir(&self.inner.attempts_dir, fence)
+    }
+
+    fn io_error(path: &Path) -> impl FnOnce(io::Error) -> ExecutorError + '_ {
+        move |source| ExecutorError::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+
+    /// Reads the attempt directory. A supervisor that holds the lock but has not yet
+    /// recorded itself is waited for briefly.
+    async fn probe(&self, dir: &Path) -> io::Result<Probe> {
+        for _ in 0..200 {
+            if let Some(verdict) = files::read_json::<Verdict>(dir, files::VERDICT)? {
+                return Ok(Probe::Finished(verdict));
+            }
+            let alive = files::supervisor_holds_lock(dir)?;
+            let identity = files::read_json::<ProcessIdentity>(dir, files::SUPERVISOR)?;
+            match (alive, identity) {
+                (true, Some(identity)) => return Ok(Probe::Alive(identity)),
+                (true, None) => tokio::time::sleep(Duration::from_millis(10)).await,
+                (false, Some(_)) => {
+                    // It may have written its verdict between our two reads.
+                    return Ok(match files::read_json::<Verdict>(dir, files::VERDICT)? {
+                        Some(verdict) => Probe::Finished(verdict),
+                        None => Probe::Vanished,
+                    });
+                }
+                (false, None) => return Ok(Probe::Fresh),
+            }
+        }
+        Err(io::Error::other(
+            "supervisor holds the lock but never recorded itself",
+        ))
+    }
+
+    async fn take_over(&self, run: RunId, step: usize, fence: Fence, probe: Probe) {
+        match probe {
+            Probe::Finished(verdict) => self.report(run, step, fence, verdict).await,
+            Probe::Alive(identity) => self.watch_adopted(run, step, fence, identity),
+            Probe::Vanished => self.report_vanished(run, step, fence).await,
+            Probe::Fresh => {
+                self.report(
+                    run,
+                    step,
+                    fence,
+                    lost("the attempt's supervisor never started"),
+                )
+                .await
+            }
+        }
+    }
+
+    async fn spawn_supervisor(
+        &self,
+        run: RunId,
+        step: usize,
+        fence: Fence,
+        dir: &Path,
+    ) -> Result<(), ExecutorError> {
+        let mut command = tokio::process::Command::new(&self.inner.supervisor_exe);
+        command
+            .arg("supervise")
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // Its own session: it survives the service and no terminal signal reaches it.
+        // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            command.as_std_mut().pre_exec(|| {
+                rustix::process::setsid()
+                    .map(|_| ())
+                    .map_err(io::Error::from)
+            });
+        }
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(error) => {
+                // The shim never ran, so neither did the step: never-started, retryable.
+                let reason = format!("could not start the supervisor: {error}");
+                let verdict = never_started(FailureClass::InfraNeverStarted, reason);
+                self.report(run, step, fence, verdict).await;
+                return Ok(());
+            }
+        };
+        if !self.start_watching(fence) {
+            return Ok(());
+        }
+        let this = self.clone();
+        let dir = dir.to_path_buf();
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+            this.on_supervisor_exit(run, step, fence, &dir).await;
+        });
+        Ok(())
+    }
+
+    fn start_watching(&self, fence: Fence) -> bool {
+        self.inner
+            .watching
+            .lock()
+            .map(|mut w| w.insert(fence))
+            .unwrap_or(false)
+    }
+
+    /// Watches a supervisor that is not our child (it outlived an earlier service) through
+    /// a pidfd: it becomes readable when that very process exits.
+    fn watch_adopted(&self, run: RunId, step: usize, fence: Fence, identity: ProcessIdentity) {
+        if !self.start_watching(fence) {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let dir = this.attempt_dir(fence);
+            wait_for_exit(identity, &dir).await;
+            this.on_supervisor_exit(run, step, fence, &dir).await;
+        });
+    }
+
+    async fn on_supervisor_exit(&self, run: RunId, step: usize, fence: Fence, dir: &Path) {
+        if let Ok(mut watching) = self.inner.watching.lock() {
+            watching.remove(&fence);
+        }
+        match files::read_json::<Verdict>(dir, files::VERDICT) {
+            Ok(Some(verdict)) => self.report(run, step, fence, verdict).await,
+            Ok(None) => self.report_vanished(run, step, fence).await,
+            Err(error) => {
+                self.report(
+                    run,
+                    step,
+                    fence,
+                    lost(&format!("unreadable verdict: {error}")),
+                )
+                .await
+            }
+        }
+    }
+
+    /// The supervisor died without a verdict: stop what is left of its step (it may still
+    /// run, orphaned) and report `lost`.
+    async fn report_vanished(&self, run: RunId, step: usize, fence: Fence) {
+        let dir = self.attempt_dir(fence);
+        if let Ok(Some(child)) = files::read_json::<ProcessIdentity>(&dir, files::CHILD)
+            && child.is_alive()
+            && let Some(group) = Pid::from_raw(child.pid).filter(|p| !p.is_init())
+        {
+            let _ = rustix::process::kill_process_group(group, Signal::KILL);
+        }
+        self.report(
+            run,
+            step,
+            fence,
+            lost("the supervisor and its verdict are gone"),
+        )
+        .await;
+    }
+
+    async fn report(&self, run: RunId, step: usize, fence: Fence, verdict: Verdict) {
+        let report = Report {
+            run,
+            step,
+            fence,
+            verdict,
+        };
+        if self.inner.reports.send(report).await.is_err() {
+            tracing::debug!(%fence, "driver gone; verdict stays on disk for re-adoption");
+        }
+    }
+}
+
+impl Executor for LocalExecutor {
+    async fn launch(&self, order: &LaunchRecord) -> Result<(), ExecutorError> {
+        let dir = self.attempt_dir(order.fence);
+        let io_error = Self::io_error(&dir);
+        let step = usize::from(order.step);
+        std::fs::create_dir_all(&dir).map_err(Self::io_error(&dir))?;
+        match self.probe(&dir).await.map_err(Self::io_error(&dir))? {
+            Probe::Fresh => {}
+            other => {
+                self.take_over(order.run, step, order.fence, other).await;
+                return Ok(());
+            }
+        }
+        let spec = Spec {
+            run: order.run,
+            step,
+            step_name: order.step_name.clone(),
+            attempt: order.attempt,
+            fence: order.fence,
+            argv: order.argv.clone(),
+            env: order.env.clone(),
+            workdir: order.workdir.clone(),
+            timeout_ms: order.timeout_ms,
+            kill_grace_ms: u64::try_from(self.inner.kill_grace.as_millis()).unwrap_or(u64::MAX),
+        };
+        files::write_json(&dir, files::SPEC, &spec, false).map_err(io_error)?;
+        self.spawn_supervisor(order.run, step, order.fence, &dir)
+            .await
+    }
+
+    async fn kill(&self, fence: Fence, reason: KillReason) -> Result<(), ExecutorError> {
+        let dir = self.attempt_dir(fence);
+        std::fs::create_dir_all(&dir).map_err(Self::io_error(&dir))?;
+        // Written first: a supervisor that has not started yet reads it and never starts
+        // the step; a running one reads it when signalled.
+        files::write_json(&dir, files::KILL, &KillRequest { reason }, true)
+            .map_err(Self::io_error(&dir))?;
+        if let Probe::Alive(identity) = self.probe(&dir).await.map_err(Self::io_error(&dir))?
+            && let Some(pidfd) = pidfd_for(identity, &dir)
+        {
+            let _ = rustix::process::pidfd_send_signal(&pidfd, Signal::TERM);
+        }
+        Ok(())
+    }
+
+    async fn adopt(&self, adoption: &Adoption) -> Result<(), ExecutorError> {
+        let dir = self.attempt_dir(adoption.fence);
+        let probe = self.probe(&dir).await.map_err(Self::io_error(&dir))?;
+        self.take_over(adoption.run, adoption.step, adoption.fence, probe)
+            .await;
+        Ok(())
+    }
+
+    fn highest_fence(&self) -> Result<Option<Fence>, ExecutorError> {
+        let dir = &self.inner.attempts_dir;
+        let entries = std::fs::read_dir(dir).map_err(Self::io_error(dir))?;
+        let mut highest = None;
+        for entry in entries {
+            let entry = entry.map_err(Self::io_error(dir))?;
+            if let Some(fence) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                highest = highest.max(Some(Fence(fence)));
+            }
+        }
+        Ok(highest)
+    }
+}
+
+/// A pidfd for the supervisor, only if the lock proves it is still that process: opened
+/// first, then checked, so the pidfd cannot point at a later process with the same pid.
+fn pidfd_for(identity: ProcessIdentity, dir: &Path) -> Option<OwnedFd> {
+    let pid = Pid::from_raw(identity.pid)?;
+    let pidfd = rustix::process::pidfd_open(pid, PidfdFlags::empty()).ok()?;
+    let alive = files::supervisor_holds_lock(dir).unwrap_or(false) && identity.is_alive();
+    alive.then_some(pidfd)
+}
+
+/// Waits until the supervisor exits: a pidfd becomes readable when that very process
+/// ends; where one cannot be polled, liveness is checked twice a second.
+async fn wait_for_exit(identity: ProcessIdentity, dir: &Path) {
+    let readable = tokio::io::Interest::READABLE;
+    // SAFETY: the AsyncFd owns the OwnedFd, so the descriptor stays open and refers to
+    // the same pidfd for the AsyncFd's whole life.
+    if let Some(pidfd) = pidfd_for(identity, dir)
+        && let Ok(fd) = unsafe { tokio::io::unix::AsyncFd::register_with_interest(pidfd, readable) }
+    {
+        let _ = fd.readable().await;
+        return;
+    }
+    while identity.is_alive() && files::supervisor_holds_lock(dir).unwrap_or(false) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn never_started(class: FailureClass, reason: String) -> Verdict {
+    Verdict {
+        outcome: Outcome::Failed(class),
+        started: false,
+        reason,
+        exit_code: None,
+        started_at: None,
+        finished_at: crate::clock::now(),
+    }
+}
+
+fn lost(reason: &str) -> Verdict {
+    Verdict {
+        outcome: Outcome::Failed(FailureClass::Lost),
+        started: true,
+        reason: reason.to_string(),
+        exit_code: None,
+        started_at: None,
+        finished_at: crate::clock::now(),
+    }
+}

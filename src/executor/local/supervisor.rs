@@ -1,0 +1,332 @@
+//! `scarab supervise DIR`: the small process that owns one local attempt.
+//!
+//! It runs detached from the service (its own session), so it outlives a crash or restart
+//! of it. It owns the kill-timer (a hung step dies at its timeout even while the service
+//! is down), captures the step's output, and writes the verdict atomically into the
+//! attempt directory. It classifies exactly as PRODUCT.md §3 says for local steps.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal};
+
+use super::files::{self, KillRequest, ProcessIdentity, Spec};
+use crate::engine::{FailureClass, KillReason, Outcome, Timestamp, Verdict};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SuperviseError {
+    #[error("attempt directory {dir}: {source}")]
+    Io {
+        dir: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("attempt directory {0} has no spec.json")]
+    NoSpec(String),
+}
+
+enum Event {
+    Exited(ExitStatus),
+    Signalled,
+}
+
+/// Runs the attempt in `dir` to its verdict. Returns once `verdict.json` is written (or
+/// when another supervisor already finished this attempt).
+pub fn supervise(dir: &Path) -> Result<(), SuperviseError> {
+    let io_error = |source| SuperviseError::Io {
+        dir: dir.display().to_string(),
+        source,
+    };
+    let lock = files::open_lock(dir).map_err(io_error)?;
+    // Blocking: a service probing liveness holds a shared lock for an instant.
+    rustix::fs::flock(lock.as_fd(), rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| io_error(e.into()))?;
+    if dir.join(files::VERDICT).exists() {
+        return Ok(());
+    }
+    let spec: Spec = files::read_json(dir, files::SPEC)
+        .map_err(io_error)?
+        .ok_or_else(|| SuperviseError::NoSpec(dir.display().to_string()))?;
+    let verdict = run_attempt(dir, &spec).map_err(io_error)?;
+    files::write_json(dir, files::VERDICT, &verdict, true).map_err(io_error)?;
+    drop(lock);
+    Ok(())
+}
+
+fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Verdict> {
+    if dir.join(files::SUPERVISOR).exists() {
+        // A supervisor of this fence ran before and died without a verdict: its step may
+        // have run. Never start it again under the same fence.
+        return Ok(never_ran_verdict(
+            Outcome::Failed(FailureClass::Lost),
+            "an earlier supervisor of this attempt died without a verdict",
+            true,
+        ));
+    }
+    if let Some(request) = files::read_json::<KillRequest>(dir, files::KILL)? {
+        return Ok(never_ran_verdict(
+            stop_outcome(request.reason),
+            "stopped before it started",
+            false,
+        ));
+    }
+    let me = ProcessIdentity::of(std::process::id() as i32)
+        .ok_or_else(|| io::Error::other("cannot read this process's own start time"))?;
+    // Durable before the step exists: from here on, this fence may have run.
+    files::write_json(dir, files::SUPERVISOR, &me, true)?;
+
+    if let Some(workdir) = &spec.workdir
+        && !Path::new(workdir).is_dir()
+    {
+        let reason = format!("working directory {workdir:?} does not exist or is not a directory");
+        return Ok(never_ran_verdict(
+            Outcome::Failed(FailureClass::Config),
+            &reason,
+            false,
+        ));
+    }
+    let (events_tx, events) = mpsc::channel();
+    listen_for_stop_signals(events_tx.clone())?;
+    let started_at = now();
+    let mut child = match command(dir, spec)?.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            let (class, reason) = classify_spawn_error(&error, &spec.argv[0]);
+            return Ok(never_ran_verdict(Outcome::Failed(class), &reason, false));
+        }
+    };
+    let pid = child.id() as i32;
+    if let Some(identity) = ProcessIdentity::of(pid) {
+        files::write_json(dir, files::CHILD, &identity, false)?;
+    }
+    std::thread::spawn(move || {
+        if let Ok(status) = child.wait() {
+            let _ = events_tx.send(Event::Exited(status));
+        }
+    });
+    let (status, stopped_for) = wait_for_end(dir, spec, pid, &events)?;
+    // Leftovers of the step (its background children) die with it: a retry must never
+    // overlap anything of this attempt.
+    signal_group(pid, Signal::KILL);
+    Ok(classify_exit(status, stopped_for, spec, started_at))
+}
+
+fn command(dir: &Path, spec: &Spec) -> io::Result<Command> {
+    let stdout = append(dir, files::STDOUT)?;
+    let stderr = append(dir, files::STDERR)?;
+    let mut command = Command::new(&spec.argv[0]);
+    command
+        .args(&spec.argv[1..])
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .env("SCARAB_RUN_ID", spec.run.to_string())
+        .env("SCARAB_STEP", &spec.step_name)
+        .env("SCARAB_ATTEMPT", spec.attempt.to_string())
+        .env("SCARAB_FENCE", spec.fence.0.to_string())
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        // Its own process group, so the whole step can be stopped at once.
+        .process_group(0);
+    if let Some(workdir) = &spec.workdir {
+        command.current_dir(workdir);
+    }
+    Ok(command)
+}
+
+fn append(dir: &Path, name: &str) -> io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(name))
+}
+
+/// Waits for the step to exit, stopping it at its timeout or at Scarab's request.
+/// Returns its exit status and why Scarab stopped it, if it did.
+fn wait_for_end(
+    dir: &Path,
+    spec: &Spec,
+    pid: i32,
+    events: &mpsc::Receiver<Event>,
+) -> io::Result<(ExitStatus, Option<KillReason>)> {
+    let deadline = Instant::now() + Duration::from_millis(spec.timeout_ms);
+    let grace = Duration::from_millis(spec.kill_grace_ms);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match events.recv_timeout(left) {
+            Ok(Event::Exited(status)) => return Ok((status, None)),
+            Ok(Event::Signalled) => {
+                // The service asks by writing kill.json first; a bare signal (a stray
+                // `kill`, a terminal hang-up) is not a stop request.
+                if let Some(request) = files::read_json::<KillRequest>(dir, files::KILL)? {
+                    return Ok((stop(pid, grace, events)?, Some(request.reason)));
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                return Ok((stop(pid, grace, events)?, Some(KillReason::Timeout)));
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(io::Error::other("lost track of the step process"));
+            }
+        }
+    }
+}
+
+/// SIGTERM to the step's group, SIGKILL after the grace period; waits for the exit.
+fn stop(pid: i32, grace: Duration, events: &mpsc::Receiver<Event>) -> io::Result<ExitStatus> {
+    signal_group(pid, Signal::TERM);
+    let deadline = Instant::now() + grace;
+    let mut killed = false;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let wait = if killed {
+            Duration::from_secs(3600)
+        } else {
+            left
+        };
+        match events.recv_timeout(wait) {
+            Ok(Event::Exited(status)) => return Ok(status),
+            Ok(Event::Signalled) => {}
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                signal_group(pid, Signal::KILL);
+                killed = true;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(io::Error::other("lost track of the step process"));
+            }
+        }
+    }
+}
+
+fn listen_for_stop_signals(events: mpsc::Sender<Event>) -> io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    std::thread::spawn(move || {
+        for _ in signals.forever() {
+            if events.send(Event::Signalled).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(())
+}
+
+fn classify_exit(
+    status: ExitStatus,
+    stopped_for: Option<KillReason>,
+    spec: &Spec,
+    started_at: Timestamp,
+) -> Verdict {
+    let exit_code = status.code();
+    let (outcome, reason) = match (stopped_for, exit_code, status.signal()) {
+        (Some(KillReason::Timeout), _, _) => (
+            Outcome::Failed(FailureClass::Timeout),
+            format!(
+                "TimedOut: killed after its timeout of {}",
+                humantime::format_duration(Duration::from_millis(spec.timeout_ms))
+            ),
+        ),
+        (Some(KillReason::Cancel), _, _) => {
+            (Outcome::Stopped, "stopped: run cancelled".to_string())
+        }
+        (None, Some(0), _) => (Outcome::Succeeded, "exit code 0".to_string()),
+        (None, Some(code), _) => (
+            Outcome::Failed(FailureClass::Step),
+            format!("exit code {code}"),
+        ),
+        (None, None, Some(signal)) => (
+            Outcome::Failed(FailureClass::InfraPostStart),
+            format!(
+                "killed by signal {} ({signal}), not sent by Scarab",
+                signal_name(signal)
+            ),
+        ),
+        (None, None, None) => (
+            Outcome::Failed(FailureClass::Lost),
+            "exit status unknown".to_string(),
+        ),
+    };
+    Verdict {
+        outcome,
+        started: true,
+        reason,
+        exit_code,
+        started_at: Some(started_at),
+        finished_at: now(),
+    }
+}
+
+fn stop_outcome(reason: KillReason) -> Outcome {
+    match reason {
+        KillReason::Cancel => Outcome::Stopped,
+        KillReason::Timeout => Outcome::Failed(FailureClass::Timeout),
+    }
+}
+
+/// Spawn errors, by errno: what can never work as written is `config`; what the kernel
+/// may grant next time is `infra_never_started`.
+pub fn classify_spawn_error(error: &io::Error, program: &str) -> (FailureClass, String) {
+    use rustix::io::Errno;
+    let errno = error.raw_os_error().map(Errno::from_raw_os_error);
+    let config = |what: &str| {
+        (
+            FailureClass::Config,
+            format!("{program:?}: {what} ({error})"),
+        )
+    };
+    match errno {
+        Some(Errno::NOENT) => config("executable not found"),
+        Some(Errno::ACCESS | Errno::PERM) => config("not executable or not permitted"),
+        Some(Errno::NOEXEC) => config("not an executable format"),
+        Some(Errno::ISDIR | Errno::NOTDIR) => config("not an executable file"),
+        Some(Errno::TOOBIG | Errno::NAMETOOLONG | Errno::LOOP) => {
+            config("cannot be executed as written")
+        }
+        _ => (
+            FailureClass::InfraNeverStarted,
+            format!("{program:?}: spawn failed transiently ({error})"),
+        ),
+    }
+}
+
+fn never_ran_verdict(outcome: Outcome, reason: &str, started: bool) -> Verdict {
+    Verdict {
+        outcome,
+        started,
+        reason: crate::limits::clip(reason, crate::limits::REASON_MAX_BYTES),
+        exit_code: None,
+        started_at: None,
+        finished_at: now(),
+    }
+}
+
+/// Signals the step's process group (its pgid is its pid). Errors mean it is gone.
+fn signal_group(pid: i32, signal: Signal) {
+    if let Some(group) = Pid::from_raw(pid).filter(|p| !p.is_init()) {
+        let _ = rustix::process::kill_process_group(group, signal);
+    }
+}
+
+pub fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGQUIT => "SIGQUIT",
+        _ => "signal",
+    }
+}
+
+fn now() -> Timestamp {
+    crate::clock::now()
+}

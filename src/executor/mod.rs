@@ -1,0 +1,64 @@
+//! The executor port: how the driver starts, stops and re-adopts attempts, and how
+//! verdicts come back. Only adapters (`local`, later `kubernetes`) know processes or Pods;
+//! everything else sees a [`Verdict`] with its failure class.
+
+pub mod local;
+
+use std::future::Future;
+
+use crate::engine::{Fence, KillReason, RunId, Verdict};
+use crate::store::records::LaunchRecord;
+
+/// An executor's final word on one attempt, sent to the driver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    pub run: RunId,
+    pub step: usize,
+    pub fence: Fence,
+    pub verdict: Verdict,
+}
+
+/// An attempt the store says was confirmed launched before a restart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Adoption {
+    pub run: RunId,
+    pub step: usize,
+    pub fence: Fence,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    /// The executor could not be reached or refused for now; the outbox retries.
+    #[error("executor unavailable: {0}")]
+    Unavailable(String),
+    #[error("executor i/o on {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub trait Executor: Send + Sync + 'static {
+    /// Starts the attempt, or recognises it as already started: idempotent per fence.
+    /// `Ok` means the executor has the attempt (launch confirmed); its verdict arrives as
+    /// a [`Report`] later, possibly at once (a spawn that failed is a verdict too).
+    fn launch(
+        &self,
+        order: &LaunchRecord,
+    ) -> impl Future<Output = Result<(), ExecutorError>> + Send;
+
+    /// Asks the attempt to stop. Idempotent; succeeds when there is nothing left to stop.
+    fn kill(
+        &self,
+        fence: Fence,
+        reason: KillReason,
+    ) -> impl Future<Output = Result<(), ExecutorError>> + Send;
+
+    /// Re-adoption after a restart: resume supervising a confirmed attempt, or report the
+    /// verdict it left, or report it `lost`. Never starts anything.
+    fn adopt(&self, adoption: &Adoption) -> impl Future<Output = Result<(), ExecutorError>> + Send;
+
+    /// The highest fence this executor has ever seen, so the counter can be raised above it.
+    fn highest_fence(&self) -> Result<Option<Fence>, ExecutorError>;
+}

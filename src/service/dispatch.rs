@@ -1,0 +1,136 @@
+//! The outbox dispatcher: delivers committed launch and kill messages to the executor,
+//! at least once, and reports each delivery's result back to the driver, which deletes
+//! or reschedules the message in its next transaction.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, Semaphore, mpsc, watch};
+
+use super::Command;
+use crate::clock;
+use crate::executor::Executor;
+use crate::executor::local::LocalExecutor;
+use crate::limits;
+use crate::store::Store;
+use crate::store::records::{OutboxMessage, OutboxPayload};
+
+/// Messages being delivered (so a pass never starts the same one twice) and the wake-up
+/// the driver rings after committing new messages.
+#[derive(Clone, Default)]
+pub struct Outbox {
+    inner: Arc<OutboxInner>,
+}
+
+#[derive(Default)]
+struct OutboxInner {
+    in_flight: Mutex<HashSet<u64>>,
+    wake: Notify,
+}
+
+impl Outbox {
+    pub fn new() -> Outbox {
+        Outbox::default()
+    }
+
+    pub fn wake(&self) {
+        self.inner.wake.notify_one();
+    }
+
+    fn claim(&self, id: u64) -> bool {
+        self.inner
+            .in_flight
+            .lock()
+            .map(|mut set| set.insert(id))
+            .unwrap_or(false)
+    }
+
+    /// Called once the driver committed the result of these deliveries.
+    pub fn settle(&self, ids: &[u64]) {
+        if ids.is_empty() {
+            return;
+        }
+        if let Ok(mut set) = self.inner.in_flight.lock() {
+            for id in ids {
+                set.remove(id);
+            }
+        }
+        self.wake();
+    }
+}
+
+/// How long a message waits after its `attempts`-th failed delivery.
+pub fn redelivery_delay(attempts: u32) -> Duration {
+    let exponent = attempts.saturating_sub(1).min(20);
+    limits::OUTBOX_BACKOFF_INITIAL
+        .saturating_mul(1 << exponent)
+        .min(limits::OUTBOX_BACKOFF_MAX)
+}
+
+pub async fn run(
+    store: Arc<Store>,
+    executor: LocalExecutor,
+    outbox: Outbox,
+    commands: mpsc::Sender<Command>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let permits = Arc::new(Semaphore::new(limits::OUTBOX_CONCURRENCY_MAX));
+    loop {
+        let now = clock::now();
+        let (due, next_due) = match store.read().and_then(|r| {
+            Ok((
+                r.due_outbox(now, limits::OUTBOX_BATCH_MAX)?,
+                r.next_outbox_due()?,
+            ))
+        }) {
+            Ok(found) => found,
+            Err(error) => {
+                tracing::error!(%error, "outbox: cannot read due messages");
+                (Vec::new(), None)
+            }
+        };
+        for message in due {
+            if !outbox.claim(message.id) {
+                continue;
+            }
+            let Ok(permit) = permits.clone().acquire_owned().await else {
+                return;
+            };
+            let executor = executor.clone();
+            let commands = commands.clone();
+            tokio::spawn(async move {
+                let result = deliver(&executor, &message).await;
+                if let Err(error) = &result {
+                    tracing::warn!(message = message.id, kind = message.payload.kind(), %error, "outbox delivery failed");
+                }
+                let _ = commands
+                    .send(Command::Delivered {
+                        message: message.id,
+                        result,
+                    })
+                    .await;
+                drop(permit);
+            });
+        }
+        // Messages already being delivered are still "due": wait for their settlement
+        // (which wakes us) rather than spinning on them.
+        let wait = match next_due {
+            Some(due) if due > now => due.since(now),
+            _ => Duration::from_secs(1),
+        };
+        tokio::select! {
+            _ = outbox.inner.wake.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+async fn deliver(executor: &LocalExecutor, message: &OutboxMessage) -> Result<(), String> {
+    let result = match &message.payload {
+        OutboxPayload::Launch(launch) => executor.launch(launch).await,
+        OutboxPayload::Kill { fence, reason, .. } => executor.kill(*fence, *reason).await,
+    };
+    result.map_err(|e| limits::clip(&e.to_string(), limits::OUTBOX_ERROR_MAX_BYTES))
+}

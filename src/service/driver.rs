@@ -1,0 +1,655 @@
+//! The driver loop: the only caller of the engine and the only writer of the store.
+//!
+//! It folds every input that is waiting (up to `COMMIT_BATCH_MAX`) into one write
+//! transaction (group commit): runs' new state, history, outbox messages and timers land
+//! together, durably, before any reply is sent or any message is dispatched.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::dispatch::{Outbox, redelivery_delay};
+use super::{Command, Settings, history};
+use crate::clock;
+use crate::engine::{
+    Effects, Engine, FenceCounter, Input, Intent, RejectedInput, Run, RunId, RunState, Timer,
+    Timestamp,
+};
+use crate::executor::local::LocalExecutor;
+use crate::executor::{Adoption, Executor, Report};
+use crate::limits;
+use crate::pipeline::{self, Format, Pipeline, StepAction};
+use crate::store::records::{
+    LaunchRecord, OutboxMessage, OutboxPayload, PipelineSource, SourceFormat, StoredRun, TimerKey,
+    TimerKind,
+};
+use crate::store::{Store, StoreError, WriteTx};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Submitted {
+    pub id: RunId,
+    /// True when an `Idempotency-Key` matched an earlier submission.
+    pub existing: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error("{0}")]
+    Store(String),
+    #[error("the service is shutting down")]
+    ShuttingDown,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CancelError {
+    #[error("run {0} not found")]
+    NotFound(RunId),
+    #[error(transparent)]
+    Rejected(#[from] RejectedInput),
+    #[error("{0}")]
+    Store(String),
+    #[error("the service is shutting down")]
+    ShuttingDown,
+}
+
+pub struct Driver {
+    store: Arc<Store>,
+    settings: Arc<Settings>,
+    engine: Engine,
+    executor: LocalExecutor,
+    outbox: Outbox,
+    /// Every non-terminal run, as last committed (or being changed by the open batch).
+    runs: HashMap<RunId, Run>,
+    fences: FenceCounter,
+    next_timer: Option<Timestamp>,
+}
+
+/// What one batch changed, to write once per run at its end.
+#[derive(Default)]
+struct Touched {
+    /// The run's (state, updated_at) as stored before this batch; `None` for new runs.
+    previous: Option<(RunState, Timestamp)>,
+    steps: BTreeSet<usize>,
+    attempts: BTreeSet<(usize, usize)>,
+}
+
+enum Reply {
+    Submit(
+        oneshot::Sender<Result<super::Submitted, SubmitError>>,
+        Submitted,
+    ),
+    Cancel(
+        oneshot::Sender<Result<(), CancelError>>,
+        Result<(), CancelError>,
+    ),
+}
+
+#[derive(Default)]
+struct Batch {
+    touched: HashMap<RunId, Touched>,
+    replies: Vec<Reply>,
+    settled_messages: Vec<u64>,
+    new_messages: usize,
+}
+
+enum Pending {
+    Command(Command),
+    Report(Report),
+}
+
+impl Driver {
+    /// Loads every non-terminal run (through the state index only) and raises the fence
+    /// counter above every fence the executor has seen.
+    pub fn recover(
+        store: Arc<Store>,
+        settings: Arc<Settings>,
+        executor: LocalExecutor,
+        outbox: Outbox,
+    ) -> Result<Driver, StoreError> {
+        let engine = Engine::new(settings.engine.clone());
+        let mut driver = Driver {
+            store,
+            settings,
+            engine,
+            executor,
+            outbox,
+            runs: HashMap::new(),
+            fences: FenceCounter::starting_at(1),
+            next_timer: None,
+        };
+        driver.reload()?;
+        Ok(driver)
+    }
+
+    fn reload(&mut self) -> Result<(), StoreError> {
+        let read = self.store.read()?;
+        let stored_next = read.fence_next()?;
+        self.fences = FenceCounter::starting_at(stored_next);
+        match self.executor.highest_fence() {
+            Ok(Some(seen)) => self.fences.raise_above(seen),
+            Ok(None) => {}
+            Err(error) => tracing::error!(%error, "cannot read the executor's fences"),
+        }
+        if self.fences.next_value() > stored_next {
+            tracing::warn!(
+                from = stored_next,
+                to = self.fences.next_value(),
+                "fence counter raised above fences found on the executor"
+            );
+            let mut tx = self.store.write()?;
+            tx.set_fence_next(self.fences.next_value())?;
+            tx.commit()?;
+        }
+        self.runs.clear();
+        for id in read.active_run_ids()? {
+            let Some(stored) = read.run(id)? else {
+                continue;
+            };
+            match rebuild(stored) {
+                Ok(run) => {
+                    self.runs.insert(id, run);
+                }
+                Err(error) => {
+                    tracing::error!(run = %id, %error, "cannot restore a stored run; it is left as it is")
+                }
+            }
+        }
+        self.next_timer = read.next_timer_due()?;
+        Ok(())
+    }
+
+    /// Hands every attempt confirmed before the restart back to the executor. Attempts
+    /// whose launch was never confirmed still have their launch message in the outbox,
+    /// which the dispatcher redelivers under the same fence.
+    fn readopt(&self) {
+        let adoptions: Vec<Adoption> = self
+            .runs
+            .values()
+            .flat_map(|run| {
+                run.steps
+                    .iter()
+                    .enumerate()
+                    .filter_map(move |(step, progress)| {
+                        let attempt = progress.in_flight()?;
+                        matches!(attempt.state, crate::engine::AttemptState::Running { .. })
+                            .then_some(Adoption {
+                                run: run.id(),
+                                step,
+                                fence: attempt.fence,
+                            })
+                    })
+            })
+            .collect();
+        tracing::info!(
+            attempts = adoptions.len(),
+            runs = self.runs.len(),
+            "re-adopting in-flight attempts"
+        );
+        let executor = self.executor.clone();
+        tokio::spawn(async move {
+            for adoption in adoptions {
+                if let Err(error) = executor.adopt(&adoption).await {
+                    tracing::error!(fence = %adoption.fence, %error, "re-adoption failed");
+                }
+            }
+        });
+    }
+
+    pub async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut reports: mpsc::Receiver<Report>,
+        mut shutdown: watch::Receiver<bool>,
+        ready: watch::Sender<bool>,
+    ) {
+        self.readopt();
+        self.outbox.wake();
+        let _ = ready.send(true);
+        loop {
+            let timer_wait = self.next_timer.map(|due| due.since(clock::now()));
+            let mut batch = Vec::new();
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                Some(command) = commands.recv() => batch.push(Pending::Command(command)),
+                Some(report) = reports.recv() => batch.push(Pending::Report(report)),
+                _ = sleep_or_forever(timer_wait) => {}
+                else => break,
+            }
+            while batch.len() < limits::COMMIT_BATCH_MAX {
+                if let Ok(command) = commands.try_recv() {
+                    batch.push(Pending::Command(command));
+                } else if let Ok(report) = reports.try_recv() {
+                    batch.push(Pending::Report(report));
+                } else {
+                    break;
+                }
+            }
+            self.commit(batch);
+        }
+        tracing::info!("driver stopped; in-flight steps are left running for re-adoption");
+    }
+
+    fn commit(&mut self, pending: Vec<Pending>) {
+        let now = clock::now();
+        let mut batch = Batch::default();
+        let result = self.store.write().and_then(|mut tx| {
+            self.fire_timers(&mut tx, now, &mut batch)?;
+            for item in pending {
+                match item {
+                    Pending::Command(command) => {
+                        self.on_command(&mut tx, command, now, &mut batch)?
+                    }
+                    Pending::Report(report) => self.on_report(&mut tx, report, now, &mut batch)?,
+                }
+            }
+            self.flush(&mut tx, &batch)?;
+            tx.set_fence_next(self.fences.next_value())?;
+            tx.commit()
+        });
+        match result {
+            Ok(()) => self.after_commit(batch),
+            Err(error) => self.after_failed_commit(batch, &error),
+        }
+    }
+
+    fn after_commit(&mut self, batch: Batch) {
+        for reply in batch.replies {
+            match reply {
+                Reply::Submit(to, submitted) => {
+                    let _ = to.send(Ok(submitted));
+                }
+                Reply::Cancel(to, result) => {
+                    let _ = to.send(result);
+                }
+            }
+        }
+        self.outbox.settle(&batch.settled_messages);
+        if batch.new_messages > 0 {
+            self.outbox.wake();
+        }
+        self.runs.retain(|_, run| !run.header.state.is_terminal());
+        match self.store.read().and_then(|r| r.next_timer_due()) {
+            Ok(next) => self.next_timer = next,
+            Err(error) => tracing::error!(%error, "cannot read the next timer"),
+        }
+    }
+
+    /// Nothing of the batch happened. The engine already changed the cached runs, so they
+    /// are reloaded from the store, and in-flight attempts re-adopted, as after a restart.
+    fn after_failed_commit(&mut self, batch: Batch, error: &StoreError) {
+        tracing::error!(%error, "commit failed; reloading state from the store");
+        for reply in batch.replies {
+            match reply {
+                Reply::Submit(to, _) => {
+                    let _ = to.send(Err(SubmitError::Store(error.to_string())));
+                }
+                Reply::Cancel(to, _) => {
+                    let _ = to.send(Err(CancelError::Store(error.to_string())));
+                }
+            }
+        }
+        self.outbox.settle(&batch.settled_messages);
+        if let Err(error) = self.reload() {
+            tracing::error!(%error, "reload after a failed commit failed");
+        }
+        self.readopt();
+    }
+
+    fn fire_timers(
+        &mut self,
+        tx: &mut WriteTx,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        if self.next_timer.is_none_or(|due| due > now) {
+            return Ok(());
+        }
+        for key in tx.take_due_timers(now, limits::TIMER_BATCH_MAX)? {
+            let step = usize::from(key.step);
+            let timer = match key.kind {
+                TimerKind::RetryDue => Timer::RetryDue { step },
+                TimerKind::Backstop => Timer::Backstop {
+                    step,
+                    fence: key.fence,
+                },
+            };
+            let _ = self.apply_input(tx, key.run, Input::TimerFired(timer), now, batch)?;
+        }
+        Ok(())
+    }
+
+    fn on_command(
+        &mut self,
+        tx: &mut WriteTx,
+        command: Command,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        match command {
+            Command::Submit {
+                source,
+                pipeline,
+                origin,
+                idempotency_key,
+                reply,
+            } => {
+                let submitted =
+                    self.submit(tx, source, pipeline, origin, idempotency_key, now, batch)?;
+                batch.replies.push(Reply::Submit(reply, submitted));
+            }
+            Command::Cancel { run, by, reply } => {
+                let result = self.cancel(tx, run, by, now, batch)?;
+                batch.replies.push(Reply::Cancel(reply, result));
+            }
+            Command::Delivered { message, result } => {
+                self.on_delivered(tx, message, result, now, batch)?
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn submit(
+        &mut self,
+        tx: &mut WriteTx,
+        source: PipelineSource,
+        pipeline: Arc<Pipeline>,
+        origin: String,
+        idempotency_key: Option<String>,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<Submitted, StoreError> {
+        if let Some(key) = &idempotency_key
+            && let Some(existing) = tx.idempotency_get(key)?
+        {
+            return Ok(Submitted {
+                id: existing,
+                existing: true,
+            });
+        }
+        let id = RunId(ulid::Ulid::from_parts(now.0, rand_bits()).0);
+        let (run, effects) = self
+            .engine
+            .submit(id, pipeline, origin, &mut self.fences, now);
+        tx.put_pipeline(id, &source)?;
+        if let Some(key) = &idempotency_key {
+            tx.idempotency_put(key, id)?;
+        }
+        batch.touched.insert(id, Touched::default());
+        self.runs.insert(id, run);
+        self.record(tx, id, effects, now, batch)?;
+        Ok(Submitted {
+            id,
+            existing: false,
+        })
+    }
+
+    fn cancel(
+        &mut self,
+        tx: &mut WriteTx,
+        id: RunId,
+        by: String,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<Result<(), CancelError>, StoreError> {
+        if !self.runs.contains_key(&id) {
+            return Ok(match self.store_header(tx, id)? {
+                Some(state) => Err(CancelError::Rejected(RejectedInput::RunTerminal(
+                    state.as_str(),
+                ))),
+                None => Err(CancelError::NotFound(id)),
+            });
+        }
+        Ok(self
+            .apply_input(tx, id, Input::Cancel { by }, now, batch)?
+            .map_err(CancelError::from))
+    }
+
+    fn store_header(&self, _tx: &WriteTx, id: RunId) -> Result<Option<RunState>, StoreError> {
+        Ok(self.store.read()?.run_header(id)?.map(|h| h.state))
+    }
+
+    fn on_delivered(
+        &mut self,
+        tx: &mut WriteTx,
+        id: u64,
+        result: Result<(), String>,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        batch.settled_messages.push(id);
+        match result {
+            Ok(()) => {
+                let Some(message) = tx.outbox_delete(id)? else {
+                    return Ok(());
+                };
+                if let OutboxPayload::Launch(launch) = message.payload {
+                    let input = Input::LaunchConfirmed {
+                        step: usize::from(launch.step),
+                        fence: launch.fence,
+                    };
+                    let _ = self.apply_input(tx, launch.run, input, now, batch)?;
+                }
+            }
+            Err(error) => {
+                let Some(mut message) = tx.outbox_get(id)? else {
+                    return Ok(());
+                };
+                let previous = message.next_at;
+                message.delivery_attempts = message.delivery_attempts.saturating_add(1);
+                message.last_error = Some(error);
+                message.next_at = now.plus(redelivery_delay(message.delivery_attempts));
+                tx.outbox_put(&message, Some(previous))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn on_report(
+        &mut self,
+        tx: &mut WriteTx,
+        report: Report,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        let input = Input::Verdict {
+            step: report.step,
+            fence: report.fence,
+            verdict: report.verdict,
+        };
+        let _ = self.apply_input(tx, report.run, input, now, batch)?;
+        Ok(())
+    }
+
+    /// Feeds one input to the engine for a non-terminal run. Inputs for runs that are no
+    /// longer active (a late duplicate verdict, a stale timer) are dropped.
+    fn apply_input(
+        &mut self,
+        tx: &mut WriteTx,
+        id: RunId,
+        input: Input,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<Result<(), RejectedInput>, StoreError> {
+        let Some(run) = self.runs.get_mut(&id) else {
+            return Ok(Ok(()));
+        };
+        let previous = Some((run.header.state, run.header.updated_at));
+        // The first touch in a batch remembers what the store holds; a run submitted in
+        // this batch was entered with `previous: None` and keeps it.
+        batch.touched.entry(id).or_insert_with(|| Touched {
+            previous,
+            ..Touched::default()
+        });
+        match self.engine.handle(run, &mut self.fences, input, now) {
+            Ok(effects) => {
+                self.record(tx, id, effects, now, batch)?;
+                Ok(Ok(()))
+            }
+            Err(rejected) => Ok(Err(rejected)),
+        }
+    }
+
+    /// Writes an input's history and intents (outbox messages, timers) into the open
+    /// transaction, and notes which rows of the run to rewrite at the end of the batch.
+    fn record(
+        &mut self,
+        tx: &mut WriteTx,
+        id: RunId,
+        effects: Effects,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        let Some(run) = self.runs.get(&id) else {
+            return Ok(());
+        };
+        for event in &effects.events {
+            tx.append_history(id, &history::record(run, event, now))?;
+        }
+        for intent in effects.intents {
+            match intent {
+                Intent::Launch(order) => {
+                    let StepAction::Local(_) = &run.pipeline.steps[order.step].action;
+                    let launch = LaunchRecord {
+                        run: order.run,
+                        step: step_key(order.step)?,
+                        step_name: order.step_name,
+                        attempt: order.attempt,
+                        fence: order.fence,
+                        argv: order.command.argv,
+                        env: order.command.env,
+                        workdir: order.command.workdir,
+                        timeout_ms: u64::try_from(order.timeout.as_millis()).unwrap_or(u64::MAX),
+                    };
+                    self.enqueue(tx, OutboxPayload::Launch(launch), now, batch)?;
+                }
+                Intent::Kill {
+                    step,
+                    fence,
+                    reason,
+                } => {
+                    let payload = OutboxPayload::Kill {
+                        run: id,
+                        step: step_key(step)?,
+                        fence,
+                        reason,
+                    };
+                    self.enqueue(tx, payload, now, batch)?;
+                }
+                Intent::ScheduleTimer { due, timer } => {
+                    tx.insert_timer(timer_key(id, due, timer)?)?
+                }
+                Intent::CancelTimer { due, timer } => {
+                    tx.delete_timer(timer_key(id, due, timer)?)?;
+                }
+            }
+        }
+        let touched = batch.touched.entry(id).or_default();
+        touched.steps.extend(effects.steps_changed);
+        touched.attempts.extend(effects.attempts_changed);
+        Ok(())
+    }
+
+    fn enqueue(
+        &self,
+        tx: &mut WriteTx,
+        payload: OutboxPayload,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        tx.outbox_insert(OutboxMessage {
+            id: 0,
+            payload,
+            created_at: now,
+            next_at: now,
+            delivery_attempts: 0,
+            max_deliveries: self.settings.max_deliveries,
+            last_error: None,
+        })?;
+        batch.new_messages += 1;
+        Ok(())
+    }
+
+    /// Rewrites each touched run once: header (and its state index), changed steps and
+    /// changed attempts (and the in-flight index).
+    fn flush(&self, tx: &mut WriteTx, batch: &Batch) -> Result<(), StoreError> {
+        for (id, touched) in &batch.touched {
+            let Some(run) = self.runs.get(id) else {
+                continue;
+            };
+            tx.put_run(&run.header, touched.previous)?;
+            for &step in &touched.steps {
+                tx.put_step(*id, step, &run.steps[step].state)?;
+            }
+            for &(step, index) in &touched.attempts {
+                tx.put_attempt(*id, step, &run.steps[step].attempts[index])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Rebuilds the engine's run from its stored parts, re-validating the stored pipeline.
+pub fn rebuild(stored: StoredRun) -> Result<Run, String> {
+    let pipeline = parse_stored(&stored.source)?;
+    if pipeline.steps.len() != stored.steps.len() {
+        return Err(format!(
+            "stored run has {} steps but its pipeline has {}",
+            stored.steps.len(),
+            pipeline.steps.len()
+        ));
+    }
+    Ok(Run {
+        header: stored.header,
+        pipeline: Arc::new(pipeline),
+        steps: stored.steps,
+    })
+}
+
+pub fn parse_stored(source: &PipelineSource) -> Result<Pipeline, String> {
+    let format = match source.format {
+        SourceFormat::Yaml => Format::Yaml,
+        SourceFormat::Json => Format::Json,
+    };
+    pipeline::parse(&source.text, format)
+        .map(|outcome| outcome.pipeline)
+        .map_err(|errors| {
+            errors
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+}
+
+fn timer_key(run: RunId, due: Timestamp, timer: Timer) -> Result<TimerKey, StoreError> {
+    let (step, kind, fence) = match timer {
+        Timer::RetryDue { step } => (step, TimerKind::RetryDue, crate::engine::Fence(0)),
+        Timer::Backstop { step, fence } => (step, TimerKind::Backstop, fence),
+    };
+    Ok(TimerKey {
+        due,
+        run,
+        step: step_key(step)?,
+        kind,
+        fence,
+    })
+}
+
+fn step_key(step: usize) -> Result<u16, StoreError> {
+    u16::try_from(step).map_err(|_| StoreError::Corrupt(format!("step index {step} out of range")))
+}
+
+/// Random low bits for run ids: two runs submitted in the same millisecond differ.
+fn rand_bits() -> u128 {
+    ulid::Ulid::new().random()
+}
+
+async fn sleep_or_forever(wait: Option<Duration>) {
+    match wait {
+        Some(wait) => tokio::time::sleep(wait).await,
+        None => std::future::pending().await,
+    }
+}

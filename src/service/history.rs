@@ -1,0 +1,80 @@
+//! Engine events rendered as history records (kind + JSON detail), with step names.
+
+use serde_json::json;
+
+use crate::clock;
+use crate::engine::{Event, Run, Timestamp};
+use crate::store::records::HistoryRecord;
+
+pub fn record(run: &Run, event: &Event, at: Timestamp) -> HistoryRecord {
+    let name = |step: &usize| {
+        run.pipeline
+            .steps
+            .get(*step)
+            .map(|s| s.name.clone())
+            .unwrap_or_default()
+    };
+    let (kind, detail) = match event {
+        Event::Submitted { steps } => (
+            "submitted",
+            json!({"pipeline": run.pipeline.name, "steps": steps, "origin": run.header.origin}),
+        ),
+        Event::RunState { from, to } => (
+            "run_state",
+            json!({"from": from.as_str(), "to": to.as_str()}),
+        ),
+        Event::AttemptCreated {
+            step,
+            attempt,
+            fence,
+        } => (
+            "attempt_created",
+            json!({"step": name(step), "attempt": attempt, "fence": fence.0}),
+        ),
+        Event::AttemptLaunched {
+            step,
+            attempt,
+            fence,
+        } => (
+            "attempt_launched",
+            json!({"step": name(step), "attempt": attempt, "fence": fence.0}),
+        ),
+        Event::AttemptFinished {
+            step,
+            attempt,
+            fence,
+            class,
+            reason,
+        } => (
+            "attempt_finished",
+            json!({"step": name(step), "attempt": attempt, "fence": fence.0,
+                   "class": class.map(|c| c.as_str()), "reason": reason}),
+        ),
+        Event::RetryScheduled { step, due } => (
+            "retry_scheduled",
+            json!({"step": name(step), "due": clock::rfc3339(*due)}),
+        ),
+        Event::StepState {
+            step,
+            state,
+            reason,
+        } => (
+            "step_state",
+            json!({"step": name(step), "state": state, "reason": reason}),
+        ),
+        Event::KillRequested {
+            step,
+            fence,
+            reason,
+        } => (
+            "kill_requested",
+            json!({"step": name(step), "fence": fence.0, "reason": reason.as_str()}),
+        ),
+        Event::CancelRequested { by } => ("cancel_requested", json!({"by": by})),
+    };
+    HistoryRecord {
+        at,
+        kind: kind.to_string(),
+        detail: detail.to_string(),
+    }
+}

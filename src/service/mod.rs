@@ -1,0 +1,234 @@
+//! The running service: one driver loop that owns the engine and every write, an outbox
+//! dispatcher that delivers what the driver committed, and the executor's reports.
+//!
+//! Used by `scarab serve` (with the HTTP API in front) and by `scarab run` (in-process).
+
+mod dispatch;
+mod driver;
+mod history;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::engine::{EngineSettings, RunId};
+use crate::executor::local::LocalExecutor;
+use crate::pipeline::Pipeline;
+use crate::store::records::PipelineSource;
+use crate::store::{Store, StoreError};
+
+pub use driver::{CancelError, SubmitError, Submitted, parse_stored, rebuild as driver_rebuild};
+
+/// Global settings of a service instance.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub engine: EngineSettings,
+    /// SIGTERM-to-SIGKILL grace when Scarab stops a local step.
+    pub kill_grace: Duration,
+    /// Delivery attempts per outbox message (dead-lettering on exhaustion comes with the
+    /// dead-letter queue; until then a message keeps retrying at the capped backoff).
+    pub max_deliveries: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            engine: EngineSettings::default(),
+            kill_grace: crate::limits::KILL_GRACE,
+            max_deliveries: 10,
+        }
+    }
+}
+
+/// Where a service keeps its state: `scarab.redb` and `attempts/` under one directory.
+#[derive(Clone, Debug)]
+pub struct StateDir {
+    pub root: PathBuf,
+}
+
+impl StateDir {
+    pub fn new(root: &Path) -> StateDir {
+        StateDir {
+            root: root.to_path_buf(),
+        }
+    }
+
+    pub fn database(&self) -> PathBuf {
+        self.root.join("scarab.redb")
+    }
+
+    pub fn attempts(&self) -> PathBuf {
+        self.root.join("attempts")
+    }
+
+    pub fn admin_token(&self) -> PathBuf {
+        self.root.join("admin.token")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot create state dir {path}: {source}")]
+    StateDir {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("executor: {0}")]
+    Executor(String),
+}
+
+enum Command {
+    Submit {
+        source: PipelineSource,
+        pipeline: Arc<Pipeline>,
+        origin: String,
+        idempotency_key: Option<String>,
+        reply: oneshot::Sender<Result<Submitted, SubmitError>>,
+    },
+    Cancel {
+        run: RunId,
+        by: String,
+        reply: oneshot::Sender<Result<(), CancelError>>,
+    },
+    /// An outbox delivery finished (`Err` holds the error text).
+    Delivered {
+        message: u64,
+        result: Result<(), String>,
+    },
+}
+
+/// A handle to a running service. Cheap to clone.
+#[derive(Clone)]
+pub struct Service {
+    pub store: Arc<Store>,
+    pub state_dir: StateDir,
+    pub settings: Arc<Settings>,
+    commands: mpsc::Sender<Command>,
+    ready: watch::Receiver<bool>,
+}
+
+/// Tasks of a running service, for an orderly stop.
+pub struct Running {
+    pub service: Service,
+    shutdown: watch::Sender<bool>,
+    driver: tokio::task::JoinHandle<()>,
+    dispatcher: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops taking inputs, lets the current transaction finish and returns. Running
+    /// steps are left alone: the next start re-adopts them.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.driver.await;
+        let _ = self.dispatcher.await;
+    }
+}
+
+/// Opens the state dir and starts the driver, the dispatcher and the local executor.
+/// Returns once re-adoption of in-flight attempts has been handed to the executor.
+pub async fn start(
+    state_dir: StateDir,
+    settings: Settings,
+    supervisor_exe: PathBuf,
+) -> Result<Running, StartError> {
+    std::fs::create_dir_all(&state_dir.root).map_err(|source| StartError::StateDir {
+        path: state_dir.root.display().to_string(),
+        source,
+    })?;
+    let store = Arc::new(Store::open(&state_dir.database())?);
+    let settings = Arc::new(settings);
+    let (reports_tx, reports_rx) = mpsc::channel(crate::limits::INPUT_QUEUE_MAX);
+    let executor = LocalExecutor::new(
+        state_dir.attempts(),
+        supervisor_exe,
+        settings.kill_grace,
+        reports_tx,
+    )
+    .map_err(|e| StartError::Executor(e.to_string()))?;
+    let (commands_tx, commands_rx) = mpsc::channel(crate::limits::INPUT_QUEUE_MAX);
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (ready_tx, ready_rx) = watch::channel(false);
+    let outbox = dispatch::Outbox::new();
+
+    let driver = driver::Driver::recover(
+        store.clone(),
+        settings.clone(),
+        executor.clone(),
+        outbox.clone(),
+    )?;
+    let driver = tokio::spawn(driver.run(commands_rx, reports_rx, shutdown_rx.clone(), ready_tx));
+    let dispatcher = tokio::spawn(dispatch::run(
+        store.clone(),
+        executor,
+        outbox,
+        commands_tx.clone(),
+        shutdown_rx,
+    ));
+    let service = Service {
+        store,
+        state_dir,
+        settings,
+        commands: commands_tx,
+        ready: ready_rx,
+    };
+    service.wait_ready().await;
+    Ok(Running {
+        service,
+        shutdown: shutdown_tx,
+        driver,
+        dispatcher,
+    })
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the service is shutting down")]
+pub struct ShuttingDown;
+
+impl Service {
+    async fn wait_ready(&self) {
+        let mut ready = self.ready.clone();
+        let _ = ready.wait_for(|r| *r).await;
+    }
+
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    /// Commits a new run (durably) and returns its id.
+    pub async fn submit(
+        &self,
+        source: PipelineSource,
+        pipeline: Arc<Pipeline>,
+        origin: String,
+        idempotency_key: Option<String>,
+    ) -> Result<Submitted, SubmitError> {
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Submit {
+            source,
+            pipeline,
+            origin,
+            idempotency_key,
+            reply,
+        };
+        self.commands
+            .send(command)
+            .await
+            .map_err(|_| SubmitError::ShuttingDown)?;
+        answer.await.map_err(|_| SubmitError::ShuttingDown)?
+    }
+
+    pub async fn cancel(&self, run: RunId, by: String) -> Result<(), CancelError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::Cancel { run, by, reply })
+            .await
+            .map_err(|_| CancelError::ShuttingDown)?;
+        answer.await.map_err(|_| CancelError::ShuttingDown)?
+    }
+}
