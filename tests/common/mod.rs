@@ -1,0 +1,267 @@
+//! Shared helpers for the integration tests: a real `scarab serve` process on a real
+//! state dir, talked to over real HTTP on loopback.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_scarab");
+
+pub struct Server {
+    pub state_dir: PathBuf,
+    pub url: String,
+    pub token: String,
+    child: Option<Child>,
+    port: u16,
+    extra_args: Vec<String>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Server {
+    pub fn start(state_dir: &Path) -> Server {
+        Server::start_with(state_dir, &[])
+    }
+
+    pub fn start_with(state_dir: &Path, extra_args: &[&str]) -> Server {
+        let port = free_port();
+        let mut server = Server {
+            state_dir: state_dir.to_path_buf(),
+            url: format!("http://127.0.0.1:{port}"),
+            token: String::new(),
+            child: None,
+            port,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.state_dir.with_extension("log"))
+            .expect("server log");
+        std::fs::create_dir_all(&self.state_dir).expect("state dir");
+        let child = Command::new(BIN)
+            .arg("serve")
+            .arg("--state-dir")
+            .arg(&self.state_dir)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .args(&self.extra_args)
+            .env("SCARAB_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn scarab serve");
+        self.child = Some(child);
+        self.wait_ready();
+        self.token = std::fs::read_to_string(self.state_dir.join("admin.token"))
+            .expect("admin token")
+            .trim()
+            .to_string();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let agent = agent();
+        while Instant::now() < deadline {
+            if let Ok(response) = agent.get(format!("{}/readyz", self.url)).call()
+                && response.status() == 200
+            {
+                return;
+            }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!(
+                    "scarab serve exited early with {status}; log at {}",
+                    self.state_dir.with_extension("log").display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("scarab serve not ready in time");
+    }
+
+    /// kill -9: no drain, no flush, nothing.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit; returns the exit status code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        child.wait().ok()?.code()
+    }
+
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    pub fn request(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: &[u8],
+        headers: &[(&str, &str)],
+    ) -> (u16, Value) {
+        let agent = agent();
+        let url = format!("{}{path}", self.url);
+        let auth = format!("Bearer {}", self.token);
+        let response = if method == "GET" {
+            let mut request = agent.get(&url).header("Authorization", &auth);
+            for (k, v) in headers {
+                request = request.header(*k, *v);
+            }
+            request.call()
+        } else {
+            let mut request = agent
+                .post(&url)
+                .header("Authorization", &auth)
+                .header("Content-Type", content_type);
+            for (k, v) in headers {
+                request = request.header(*k, *v);
+            }
+            request.send(body)
+        };
+        let mut response = response.expect("http call");
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap_or_default();
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, value)
+    }
+
+    pub fn get(&self, path: &str) -> (u16, Value) {
+        self.request("GET", path, "", b"", &[])
+    }
+
+    pub fn submit_yaml(&self, yaml: &str) -> (u16, Value) {
+        self.request("POST", "/v1/runs", "application/yaml", yaml.as_bytes(), &[])
+    }
+
+    /// Submits and returns the run id, asserting 201.
+    pub fn submit(&self, yaml: &str) -> String {
+        let (status, body) = self.submit_yaml(yaml);
+        assert_eq!(status, 201, "submit answered {body}");
+        body["id"].as_str().expect("id").to_string()
+    }
+
+    pub fn run(&self, id: &str) -> Value {
+        let (status, body) = self.get(&format!("/v1/runs/{id}"));
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    /// Polls until the run is terminal.
+    pub fn wait_terminal(&self, id: &str, within: Duration) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let run = self.run(id);
+            let state = run["state"].as_str().unwrap_or("");
+            if [
+                "succeeded",
+                "failed",
+                "dead_lettered",
+                "cancelled",
+                "quarantined",
+            ]
+            .contains(&state)
+            {
+                return run;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "run {id} not terminal in time: {run:#}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Polls until `check` holds for the run detail.
+    pub fn wait_for(&self, id: &str, within: Duration, check: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let run = self.run(id);
+            if check(&run) {
+                return run;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "condition not met in time: {run:#}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
+pub fn attempts(run: &Value, step: usize) -> Vec<Value> {
+    run["steps"][step]["attempts"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+pub fn fences(run: &Value, step: usize) -> Vec<u64> {
+    attempts(run, step)
+        .iter()
+        .map(|a| a["fence"].as_u64().expect("fence"))
+        .collect()
+}
+
+/// Waits for a file to exist and hold a pid; returns it.
+pub fn wait_pid_file(path: &Path, within: Duration) -> i32 {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && let Ok(pid) = text.trim().parse()
+        {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "no pid in {}", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn process_alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}

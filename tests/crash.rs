@@ -1,0 +1,181 @@
+//! Crash safety: kill -9 of the real service at awkward moments, then a restart on the
+//! same state dir. No step may run twice, none may be lost.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Server, attempts, fences, process_alive, wait_pid_file};
+
+const WITHIN: Duration = Duration::from_secs(60);
+
+fn running(run: &serde_json::Value) -> bool {
+    attempts(run, 0)
+        .first()
+        .is_some_and(|a| a["state"] == "running")
+}
+
+/// A step that sleeps, then appends one line to `out`.
+fn sleeper(out: &std::path::Path, sleep_s: f64) -> String {
+    format!(
+        "name: crash\nsteps:\n  - name: work\n    run: [sh, -c, 'sleep {sleep_s}; echo \"fence $SCARAB_FENCE\" >> {}']\n",
+        out.display()
+    )
+}
+
+#[test]
+fn kill9_mid_step_readopts_and_the_step_runs_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let mut server = Server::start(&dir.path().join("state"));
+    let id = server.submit(&sleeper(&out, 5.0));
+    let before = server.wait_for(&id, WITHIN, running);
+    let fence = fences(&before, 0)[0];
+    server.restart();
+    let run = server.wait_terminal(&id, WITHIN);
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    assert_eq!(
+        attempts(&run, 0).len(),
+        1,
+        "re-adoption never mints an attempt"
+    );
+    assert_eq!(fences(&run, 0), vec![fence], "same fence");
+    let text = std::fs::read_to_string(&out).expect("output");
+    assert_eq!(
+        text,
+        format!("fence {fence}\n"),
+        "exactly one line: the step ran once"
+    );
+}
+
+#[test]
+fn verdict_reached_while_down_is_applied_on_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let mut server = Server::start(&dir.path().join("state"));
+    let id = server.submit(&sleeper(&out, 1.0));
+    server.wait_for(&id, WITHIN, running);
+    server.kill9();
+    // The step finishes while nobody is listening.
+    let deadline = std::time::Instant::now() + WITHIN;
+    while !out.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the step never finished"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    server.restart();
+    let run = server.wait_terminal(&id, WITHIN);
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    assert_eq!(attempts(&run, 0).len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(&out)
+            .expect("output")
+            .lines()
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn timeout_while_down_kills_the_step_at_its_timeout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pid_file = dir.path().join("pid");
+    let mut server = Server::start(&dir.path().join("state"));
+    let yaml = format!(
+        "name: p\nsteps:\n  - name: hang\n    run: [sh, -c, 'echo $$ > {}; exec sleep 60']\n    timeout: 2s\n",
+        pid_file.display()
+    );
+    let id = server.submit(&yaml);
+    server.wait_for(&id, WITHIN, running);
+    let pid = wait_pid_file(&pid_file, WITHIN);
+    server.kill9();
+    // The supervisor, not the service, enforces the timeout.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while process_alive(pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "step {pid} outlived its timeout with the service down"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server.restart();
+    let run = server.wait_terminal(&id, WITHIN);
+    assert_eq!(run["state"], "failed", "{run:#}");
+    assert_eq!(attempts(&run, 0).len(), 1);
+    assert_eq!(attempts(&run, 0)[0]["class"], "timeout");
+    assert_eq!(run["steps"][0]["reason"], "TimedOut");
+}
+
+#[test]
+fn acknowledged_submission_survives_kill9_right_after_201() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let mut server = Server::start(&dir.path().join("state"));
+    let id = server.submit(&sleeper(&out, 0.2));
+    server.kill9();
+    server.restart();
+    let run = server.wait_terminal(&id, WITHIN);
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    assert_eq!(attempts(&run, 0).len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(&out)
+            .expect("output")
+            .lines()
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn many_steps_in_flight_survive_kill9_each_exactly_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out_dir = dir.path().join("outs");
+    std::fs::create_dir_all(&out_dir).expect("dir");
+    let mut server = Server::start(&dir.path().join("state"));
+    let mut steps = String::new();
+    for i in 0..20 {
+        steps.push_str(&format!(
+            "  - name: s{i}\n    run: [sh, -c, 'sleep 2; echo $SCARAB_FENCE >> {}/s{i}']\n",
+            out_dir.display()
+        ));
+    }
+    let id = server.submit(&format!("name: wide\nsteps:\n{steps}"));
+    server.wait_for(&id, WITHIN, |run| {
+        run["steps"]
+            .as_array()
+            .is_some_and(|s| s.iter().all(|s| s["attempts"][0]["state"] == "running"))
+    });
+    server.restart();
+    let run = server.wait_terminal(&id, WITHIN);
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    for i in 0..20 {
+        assert_eq!(attempts(&run, i).len(), 1);
+        let text = std::fs::read_to_string(out_dir.join(format!("s{i}"))).expect("output");
+        assert_eq!(text.lines().count(), 1, "step s{i} ran once");
+        assert_eq!(text.trim(), fences(&run, i)[0].to_string());
+    }
+}
+
+#[test]
+fn sigterm_exits_cleanly_and_leaves_steps_for_readoption() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    let mut server = Server::start(&dir.path().join("state"));
+    let id = server.submit(&sleeper(&out, 2.0));
+    server.wait_for(&id, WITHIN, running);
+    assert_eq!(server.terminate(), Some(0), "SIGTERM exits 0");
+    server.restart();
+    let run = server.wait_terminal(&id, WITHIN);
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    assert_eq!(attempts(&run, 0).len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(&out)
+            .expect("output")
+            .lines()
+            .count(),
+        1
+    );
+}
