@@ -134,8 +134,9 @@ fn on(names: &[&str]) -> RetryOn {
 #[test]
 fn retry_table_every_class_on_and_budget() {
     use FailureClass::*;
-    // (class, retry.on, retry.max or None, expected attempts, expected terminal reason)
-    let cases: &[(FailureClass, &[&str], Option<u32>, u32, &str)] = &[
+    // (class, retry.on, retry.max or None, expected attempts, expected terminal state)
+    type Case = (FailureClass, &'static [&'static str], Option<u32>, u32, &'static str);
+    let cases: &[Case] = &[
         // Never started: retried up to max(retry.max, infra_retries = 3), whatever `on`.
         (InfraNeverStarted, &[], None, 4, "dead_lettered"),
         (InfraNeverStarted, &["step"], Some(1), 4, "dead_lettered"),
