@@ -1,6 +1,7 @@
 //! Scarab: a single-node pipeline runner. See ARCHITECTURE.md for the map.
 
 pub mod api;
+pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod engine;

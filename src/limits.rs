@@ -57,6 +57,11 @@ pub const INFRA_RETRIES_MAX: u32 = 20;
 /// stop being recorded, and the run says so.
 pub const HISTORY_EVENTS_PER_RUN_MAX: u32 = 10_000;
 
+// --- The store ----------------------------------------------------------------------
+
+/// redb page cache.
+pub const STORE_CACHE_BYTES: usize = 32 * 1024 * 1024;
+
 // --- The outbox --------------------------------------------------------------------
 
 /// Messages read per dispatcher pass.

@@ -32,17 +32,26 @@ fn bad_input_is_a_4xx_naming_the_field_and_stores_nothing() {
     ];
     for (what, body, field) in &cases {
         let (status, answer) = server.submit_yaml(body);
-        assert!((400..500).contains(&status), "{what}: status {status} {answer}");
+        assert!(
+            (400..500).contains(&status),
+            "{what}: status {status} {answer}"
+        );
         assert!(answer["error"].is_string(), "{what}: {answer}");
         if !field.is_empty() {
             assert_eq!(answer["field"], *field, "{what}: {answer}");
         }
     }
     // Oversized body: refused before it is parsed.
-    let huge = format!("name: p\nsteps:\n  - name: a\n    run: [x]\n# {}\n", "x".repeat(1024 * 1024 + 10));
+    let huge = format!(
+        "name: p\nsteps:\n  - name: a\n    run: [x]\n# {}\n",
+        "x".repeat(1024 * 1024 + 10)
+    );
     let (status, answer) = server.submit_yaml(&huge);
     assert_eq!(status, 413, "{answer}");
-    assert!(answer["error"].as_str().unwrap_or("").contains("exceeds"), "{answer}");
+    assert!(
+        answer["error"].as_str().unwrap_or("").contains("exceeds"),
+        "{answer}"
+    );
     assert_eq!(run_count(&server), 0, "nothing was stored");
     let (status, history) = server.get("/v1/runs/r01m8xaz6t4hpa5m3jsn0p2xd4n/history");
     assert_eq!(status, 404, "{history}");
@@ -52,8 +61,16 @@ fn bad_input_is_a_4xx_naming_the_field_and_stores_nothing() {
 fn cli_validate_and_submit_report_the_same_errors_with_exit_2() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("bad.yaml");
-    std::fs::write(&file, "name: p\nsteps:\n  - name: a\n    run: [x]\n    retry: { on: sometimes, max: 1 }\n").expect("write");
-    let output = Command::new(BIN).arg("validate").arg(&file).output().expect("validate");
+    std::fs::write(
+        &file,
+        "name: p\nsteps:\n  - name: a\n    run: [x]\n    retry: { on: sometimes, max: 1 }\n",
+    )
+    .expect("write");
+    let output = Command::new(BIN)
+        .arg("validate")
+        .arg(&file)
+        .output()
+        .expect("validate");
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("steps[0].retry.on"), "{stderr}");
@@ -66,15 +83,35 @@ fn cli_validate_and_submit_report_the_same_errors_with_exit_2() {
         .expect("submit");
     assert_eq!(output.status.code(), Some(2));
     let submit_stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(submit_stderr.contains("steps[0].retry.on"), "{submit_stderr}");
+    assert!(
+        submit_stderr.contains("steps[0].retry.on"),
+        "{submit_stderr}"
+    );
 
     let good = dir.path().join("good.yaml");
     std::fs::write(&good, "name: p\nsteps:\n  - name: a\n    run: [true]\n").expect("write");
-    let output = Command::new(BIN).arg("validate").arg(&good).output().expect("validate");
-    assert_eq!(output.status.code(), Some(2), "run: [true] is a boolean, not a program");
+    let output = Command::new(BIN)
+        .arg("validate")
+        .arg(&good)
+        .output()
+        .expect("validate");
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "run: [true] is a boolean, not a program"
+    );
     std::fs::write(&good, "name: p\nsteps:\n  - name: a\n    run: ['true']\n").expect("write");
-    let output = Command::new(BIN).arg("validate").arg(&good).output().expect("validate");
-    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let output = Command::new(BIN)
+        .arg("validate")
+        .arg(&good)
+        .output()
+        .expect("validate");
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 
     let output = Command::new(BIN)
         .args(["submit", "-q", "--url", &server.url, "--state-dir"])
@@ -82,14 +119,31 @@ fn cli_validate_and_submit_report_the_same_errors_with_exit_2() {
         .arg(&good)
         .output()
         .expect("submit");
-    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let id = String::from_utf8_lossy(&output.stdout).trim().to_string();
-    assert!(id.starts_with('r') && !id.contains(char::is_whitespace), "{id:?}");
+    assert!(
+        id.starts_with('r') && !id.contains(char::is_whitespace),
+        "{id:?}"
+    );
     let run = server.wait_terminal(&id, WITHIN);
     assert_eq!(run["state"], "succeeded");
 
     let output = Command::new(BIN)
-        .args(["show", &id, "-o", "json", "--url", &server.url, "--token", &server.token])
+        .args([
+            "show",
+            &id,
+            "-o",
+            "json",
+            "--url",
+            &server.url,
+            "--token",
+            &server.token,
+        ])
         .output()
         .expect("show");
     let shown: Value = serde_json::from_slice(&output.stdout).expect("show -o json prints JSON");
@@ -111,10 +165,22 @@ fn idempotency_key_returns_the_same_run() {
     assert_eq!(first["id"], second["id"]);
     assert_eq!(second["existing"], true);
     assert_eq!(run_count(&server), 1);
-    let other = server.request("POST", "/v1/runs", "application/yaml", yaml, &[("Idempotency-Key", "deploy-43")]);
+    let other = server.request(
+        "POST",
+        "/v1/runs",
+        "application/yaml",
+        yaml,
+        &[("Idempotency-Key", "deploy-43")],
+    );
     assert_ne!(other.1["id"], first["id"]);
     let too_long = "k".repeat(201);
-    let (status, answer) = server.request("POST", "/v1/runs", "application/yaml", yaml, &[("Idempotency-Key", &too_long)]);
+    let (status, answer) = server.request(
+        "POST",
+        "/v1/runs",
+        "application/yaml",
+        yaml,
+        &[("Idempotency-Key", &too_long)],
+    );
     assert_eq!(status, 400);
     assert_eq!(answer["field"], "Idempotency-Key");
 }
@@ -165,7 +231,12 @@ fn json_submission_listing_paging_and_history() {
 
     let (status, history) = server.get(&format!("/v1/runs/{}/history", ids[0]));
     assert_eq!(status, 200);
-    let kinds: Vec<&str> = history["events"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    let kinds: Vec<&str> = history["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap())
+        .collect();
     assert_eq!(kinds.first(), Some(&"submitted"));
     assert!(kinds.contains(&"attempt_launched"), "{kinds:?}");
     assert!(kinds.contains(&"attempt_finished"), "{kinds:?}");
@@ -189,7 +260,11 @@ fn auth_is_required_and_health_is_open() {
     assert_eq!(status("/v1/runs", None), 401);
     assert_eq!(status("/v1/runs", Some("wrong")), 401);
     assert_eq!(status("/v1/runs", Some(&server.token)), 200);
-    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(server.state_dir.join("admin.token")).unwrap().permissions());
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(server.state_dir.join("admin.token"))
+            .unwrap()
+            .permissions(),
+    );
     assert_eq!(mode & 0o777, 0o600);
 }
 
@@ -204,7 +279,13 @@ fn cancel_stops_running_steps_and_is_refused_once_terminal() {
     );
     let id = server.submit(&yaml);
     let pid = common::wait_pid_file(&pid_file, WITHIN);
-    let (status, body) = server.request("POST", &format!("/v1/runs/{id}/cancel"), "application/json", br#"{"by":"tester"}"#, &[]);
+    let (status, body) = server.request(
+        "POST",
+        &format!("/v1/runs/{id}/cancel"),
+        "application/json",
+        br#"{"by":"tester"}"#,
+        &[],
+    );
     assert_eq!(status, 202, "{body}");
     let run = server.wait_terminal(&id, WITHIN);
     assert_eq!(run["state"], "cancelled", "{run:#}");
@@ -213,11 +294,29 @@ fn cancel_stops_running_steps_and_is_refused_once_terminal() {
     assert_eq!(run["cancel_requested_by"], "tester");
     assert_eq!(run["failure_classification"]["category"], "cancelled");
     assert!(!common::process_alive(pid), "the step was stopped");
-    let (status, body) = server.request("POST", &format!("/v1/runs/{id}/cancel"), "application/json", b"{}", &[]);
+    let (status, body) = server.request(
+        "POST",
+        &format!("/v1/runs/{id}/cancel"),
+        "application/json",
+        b"{}",
+        &[],
+    );
     assert_eq!(status, 409, "{body}");
-    let (status, _) = server.request("POST", "/v1/runs/r01m8xaz6t4hpa5m3jsn0p2xd4n/cancel", "application/json", b"{}", &[]);
+    let (status, _) = server.request(
+        "POST",
+        "/v1/runs/r01m8xaz6t4hpa5m3jsn0p2xd4n/cancel",
+        "application/json",
+        b"{}",
+        &[],
+    );
     assert_eq!(status, 404);
-    let (status, body) = server.request("POST", "/v1/runs/nonsense/cancel", "application/json", b"{}", &[]);
+    let (status, body) = server.request(
+        "POST",
+        "/v1/runs/nonsense/cancel",
+        "application/json",
+        b"{}",
+        &[],
+    );
     assert_eq!(status, 400, "{body}");
 }
 
@@ -238,14 +337,25 @@ fn logs_are_readable_while_running_and_after() {
         if log == Value::String("first\n".into()) {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "log while running: {log}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "log while running: {log}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     std::fs::write(&gate, "").expect("gate");
     let run = server.wait_terminal(&id, WITHIN);
     assert_eq!(attempts(&run, 0).len(), 1);
     let output = Command::new(BIN)
-        .args(["logs", &id, "talk", "--url", &server.url, "--token", &server.token])
+        .args([
+            "logs",
+            &id,
+            "talk",
+            "--url",
+            &server.url,
+            "--token",
+            &server.token,
+        ])
         .output()
         .expect("logs");
     assert_eq!(String::from_utf8_lossy(&output.stdout), "first\nsecond\n");

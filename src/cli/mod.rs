@@ -164,6 +164,24 @@ enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Measure the performance targets beside this machine's limits (docs/benchmarks.md).
+    Bench {
+        /// Scratch directory (on the disk to measure).
+        #[arg(long, default_value = "target/bench")]
+        dir: PathBuf,
+        /// Fewer iterations, for a smoke run.
+        #[arg(long)]
+        quick: bool,
+        /// Finished runs to store for the start-up measurement.
+        #[arg(long, default_value_t = 1_000_000)]
+        stored_runs: u64,
+        /// In-flight attempts to store for the start-up measurement.
+        #[arg(long, default_value_t = 10_000)]
+        inflight: u64,
+        /// Steps in flight when the service is killed.
+        #[arg(long, default_value_t = 1_000)]
+        crash_steps: u64,
+    },
     /// Supervise one local attempt (started by the service; not for direct use).
     #[command(hide = true)]
     Supervise { dir: PathBuf },
@@ -223,6 +241,22 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             client,
         } => client::logs(&client, &run, &step, &stream, attempt, follow),
         Command::Cancel { run, client } => client::cancel(&client, &run),
+        Command::Bench {
+            dir,
+            quick,
+            stored_runs,
+            inflight,
+            crash_steps,
+        } => {
+            crate::bench::run(&crate::bench::Options {
+                dir,
+                quick,
+                stored_runs,
+                inflight,
+                crash_steps,
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Supervise { dir } => {
             crate::executor::local::supervisor::supervise(&dir)?;
             Ok(ExitCode::SUCCESS)

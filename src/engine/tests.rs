@@ -135,7 +135,13 @@ fn on(names: &[&str]) -> RetryOn {
 fn retry_table_every_class_on_and_budget() {
     use FailureClass::*;
     // (class, retry.on, retry.max or None, expected attempts, expected terminal state)
-    type Case = (FailureClass, &'static [&'static str], Option<u32>, u32, &'static str);
+    type Case = (
+        FailureClass,
+        &'static [&'static str],
+        Option<u32>,
+        u32,
+        &'static str,
+    );
     let cases: &[Case] = &[
         // Never started: retried up to max(retry.max, infra_retries = 3), whatever `on`.
         (InfraNeverStarted, &[], None, 4, "dead_lettered"),

@@ -2,6 +2,7 @@
 //! verdicts come back. Only adapters (`local`, later `kubernetes`) know processes or Pods;
 //! everything else sees a [`Verdict`] with its failure class.
 
+pub mod fake;
 pub mod local;
 
 use std::future::Future;
@@ -39,7 +40,7 @@ pub enum ExecutorError {
     },
 }
 
-pub trait Executor: Send + Sync + 'static {
+pub trait Executor: Clone + Send + Sync + 'static {
     /// Starts the attempt, or recognises it as already started: idempotent per fence.
     /// `Ok` means the executor has the attempt (launch confirmed); its verdict arrives as
     /// a [`Report`] later, possibly at once (a spawn that failed is a verdict too).

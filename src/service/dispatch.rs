@@ -11,7 +11,6 @@ use tokio::sync::{Notify, Semaphore, mpsc, watch};
 use super::Command;
 use crate::clock;
 use crate::executor::Executor;
-use crate::executor::local::LocalExecutor;
 use crate::limits;
 use crate::store::Store;
 use crate::store::records::{OutboxMessage, OutboxPayload};
@@ -68,9 +67,9 @@ pub fn redelivery_delay(attempts: u32) -> Duration {
         .min(limits::OUTBOX_BACKOFF_MAX)
 }
 
-pub async fn run(
+pub async fn run<E: Executor>(
     store: Arc<Store>,
-    executor: LocalExecutor,
+    executor: E,
     outbox: Outbox,
     commands: mpsc::Sender<Command>,
     mut shutdown: watch::Receiver<bool>,
@@ -127,7 +126,7 @@ pub async fn run(
     }
 }
 
-async fn deliver(executor: &LocalExecutor, message: &OutboxMessage) -> Result<(), String> {
+async fn deliver<E: Executor>(executor: &E, message: &OutboxMessage) -> Result<(), String> {
     let result = match &message.payload {
         OutboxPayload::Launch(launch) => executor.launch(launch).await,
         OutboxPayload::Kill { fence, reason, .. } => executor.kill(*fence, *reason).await,

@@ -17,7 +17,6 @@ use crate::engine::{
     Effects, Engine, FenceCounter, Input, Intent, RejectedInput, Run, RunId, RunState, Timer,
     Timestamp,
 };
-use crate::executor::local::LocalExecutor;
 use crate::executor::{Adoption, Executor, Report};
 use crate::limits;
 use crate::pipeline::{self, Format, Pipeline, StepAction};
@@ -54,11 +53,11 @@ pub enum CancelError {
     ShuttingDown,
 }
 
-pub struct Driver {
+pub struct Driver<E: Executor> {
     store: Arc<Store>,
     settings: Arc<Settings>,
     engine: Engine,
-    executor: LocalExecutor,
+    executor: E,
     outbox: Outbox,
     /// Every non-terminal run, as last committed (or being changed by the open batch).
     runs: HashMap<RunId, Run>,
@@ -99,15 +98,15 @@ enum Pending {
     Report(Report),
 }
 
-impl Driver {
+impl<E: Executor> Driver<E> {
     /// Loads every non-terminal run (through the state index only) and raises the fence
     /// counter above every fence the executor has seen.
     pub fn recover(
         store: Arc<Store>,
         settings: Arc<Settings>,
-        executor: LocalExecutor,
+        executor: E,
         outbox: Outbox,
-    ) -> Result<Driver, StoreError> {
+    ) -> Result<Driver<E>, StoreError> {
         let engine = Engine::new(settings.engine.clone());
         let mut driver = Driver {
             store,
@@ -160,10 +159,11 @@ impl Driver {
         Ok(())
     }
 
-    /// Hands every attempt confirmed before the restart back to the executor. Attempts
-    /// whose launch was never confirmed still have their launch message in the outbox,
-    /// which the dispatcher redelivers under the same fence.
-    fn readopt(&self) {
+    /// Hands every attempt confirmed before the restart back to the executor, then
+    /// declares the service ready. Attempts whose launch was never confirmed still have
+    /// their launch message in the outbox, which the dispatcher redelivers under the same
+    /// fence. Runs as its own task: adoption may report verdicts, which this loop applies.
+    fn readopt(&self, ready: Option<watch::Sender<bool>>) {
         let adoptions: Vec<Adoption> = self
             .runs
             .values()
@@ -189,10 +189,20 @@ impl Driver {
         );
         let executor = self.executor.clone();
         tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let count = adoptions.len();
             for adoption in adoptions {
                 if let Err(error) = executor.adopt(&adoption).await {
                     tracing::error!(fence = %adoption.fence, %error, "re-adoption failed");
                 }
+            }
+            tracing::info!(
+                attempts = count,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "re-adoption complete"
+            );
+            if let Some(ready) = ready {
+                let _ = ready.send(true);
             }
         });
     }
@@ -204,9 +214,8 @@ impl Driver {
         mut shutdown: watch::Receiver<bool>,
         ready: watch::Sender<bool>,
     ) {
-        self.readopt();
+        self.readopt(Some(ready));
         self.outbox.wake();
-        let _ = ready.send(true);
         loop {
             let timer_wait = self.next_timer.map(|due| due.since(clock::now()));
             let mut batch = Vec::new();
@@ -294,7 +303,7 @@ impl Driver {
         if let Err(error) = self.reload() {
             tracing::error!(%error, "reload after a failed commit failed");
         }
-        self.readopt();
+        self.readopt(None);
     }
 
     fn fire_timers(

@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::engine::{EngineSettings, RunId};
 use crate::executor::local::LocalExecutor;
+use crate::executor::{Executor, Report};
 use crate::pipeline::Pipeline;
 use crate::store::records::PipelineSource;
 use crate::store::{Store, StoreError};
@@ -130,12 +131,28 @@ impl Running {
     }
 }
 
-/// Opens the state dir and starts the driver, the dispatcher and the local executor.
-/// Returns once re-adoption of in-flight attempts has been handed to the executor.
+/// Opens the state dir and starts the service with the local executor.
 pub async fn start(
     state_dir: StateDir,
     settings: Settings,
     supervisor_exe: PathBuf,
+) -> Result<Running, StartError> {
+    let attempts = state_dir.attempts();
+    let kill_grace = settings.kill_grace;
+    start_with(state_dir, settings, move |reports| {
+        LocalExecutor::new(attempts, supervisor_exe, kill_grace, reports)
+            .map_err(|e| StartError::Executor(e.to_string()))
+    })
+    .await
+}
+
+/// Opens the state dir and starts the driver, the dispatcher and the executor that
+/// `executor` builds around the reports channel. Returns once re-adoption of in-flight
+/// attempts has been handed to the executor.
+pub async fn start_with<E: Executor>(
+    state_dir: StateDir,
+    settings: Settings,
+    executor: impl FnOnce(mpsc::Sender<Report>) -> Result<E, StartError>,
 ) -> Result<Running, StartError> {
     std::fs::create_dir_all(&state_dir.root).map_err(|source| StartError::StateDir {
         path: state_dir.root.display().to_string(),
@@ -144,13 +161,7 @@ pub async fn start(
     let store = Arc::new(Store::open(&state_dir.database())?);
     let settings = Arc::new(settings);
     let (reports_tx, reports_rx) = mpsc::channel(crate::limits::INPUT_QUEUE_MAX);
-    let executor = LocalExecutor::new(
-        state_dir.attempts(),
-        supervisor_exe,
-        settings.kill_grace,
-        reports_tx,
-    )
-    .map_err(|e| StartError::Executor(e.to_string()))?;
+    let executor = executor(reports_tx)?;
     let (commands_tx, commands_rx) = mpsc::channel(crate::limits::INPUT_QUEUE_MAX);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (ready_tx, ready_rx) = watch::channel(false);

@@ -91,7 +91,10 @@ pub struct Store {
 impl Store {
     /// Opens (or creates) the store, creates missing tables and migrates older schemas.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let db = Database::builder().create(path)?;
+        // Spelled out: the page cache is bounded, so memory does not grow with the store.
+        let db = Database::builder()
+            .set_cache_size(crate::limits::STORE_CACHE_BYTES)
+            .create(path)?;
         let store = Store { db };
         store.initialize()?;
         Ok(store)

@@ -7,7 +7,6 @@ pub mod supervisor;
 use std::collections::HashSet;
 use std::io;
 use std::os::fd::OwnedFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -134,15 +133,7 @@ impl LocalExecutor {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        // Its own session: it survives the service and no terminal signal reaches it.
-        // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            command.as_std_mut().pre_exec(|| {
-                rustix::process::setsid()
-                    .map(|_| ())
-                    .map_err(io::Error::from)
-            });
-        }
+        // No pre_exec hook: the supervisor makes its own session (see `supervise`).
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(error) => {

@@ -43,6 +43,11 @@ pub fn supervise(dir: &Path) -> Result<(), SuperviseError> {
         dir: dir.display().to_string(),
         source,
     };
+    // Its own session: it survives the service, and no terminal signal reaches it. Done
+    // here rather than by the spawner, so the service can spawn without a fork hook
+    // (posix_spawn). It fails only if this process already leads a group, which a
+    // process spawned plainly never does.
+    let _ = rustix::process::setsid();
     let lock = files::open_lock(dir).map_err(io_error)?;
     // Blocking: a service probing liveness holds a shared lock for an instant.
     rustix::fs::flock(lock.as_fd(), rustix::fs::FlockOperation::LockExclusive)
@@ -54,7 +59,10 @@ pub fn supervise(dir: &Path) -> Result<(), SuperviseError> {
         .map_err(io_error)?
         .ok_or_else(|| SuperviseError::NoSpec(dir.display().to_string()))?;
     let verdict = run_attempt(dir, &spec).map_err(io_error)?;
-    files::write_json(dir, files::VERDICT, &verdict, true).map_err(io_error)?;
+    // Atomic but not fsynced: the service commits the verdict durably to the store. A
+    // power cut before that commit loses the file and the attempt is then reported
+    // `lost`: conservative, never a second run under this fence.
+    files::write_json(dir, files::VERDICT, &verdict, false).map_err(io_error)?;
     drop(lock);
     Ok(())
 }
