@@ -9,6 +9,8 @@ pub mod classification;
 pub mod ids;
 mod machine;
 pub mod retry;
+#[cfg(test)]
+mod simulation;
 pub mod state;
 #[cfg(test)]
 mod tests;
