@@ -1,4 +1,5 @@
-//! Every bound Scarab enforces, in one place (docs/limits.md lists them for users).
+//! Every bound Scarab enforces, in one place (docs/pipeline.md and docs/api.md list them
+//! for users).
 //!
 //! Hitting one of these is a handled, reported error naming the limit, never a panic.
 
@@ -53,8 +54,8 @@ pub const INPUT_QUEUE_MAX: usize = 8192;
 pub const TIMER_BATCH_MAX: usize = 512;
 /// Global bound on never-started retries regardless of the step's own policy.
 pub const INFRA_RETRIES_MAX: u32 = 20;
-/// History events kept per run; beyond it the oldest are not dropped but new ones
-/// stop being recorded, and the run says so.
+/// History events kept per run; beyond it new ones are not recorded (the earliest are
+/// kept) and the service logs a warning.
 pub const HISTORY_EVENTS_PER_RUN_MAX: u32 = 10_000;
 
 // --- The store ----------------------------------------------------------------------

@@ -363,3 +363,32 @@ fn logs_are_readable_while_running_and_after() {
     assert_eq!(status, 404);
     assert_eq!(body["field"], "step");
 }
+
+#[test]
+fn malformed_queries_and_bodies_get_json_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("state"));
+    let (status, body) = server.get("/v1/runs?limit=abc");
+    assert_eq!(status, 400);
+    assert_eq!(body["field"], "query", "{body}");
+    let id = server.submit("name: p\nsteps:\n  - name: a\n    run: [sleep, '5']\n");
+    let (status, body) = server.request(
+        "POST",
+        &format!("/v1/runs/{id}/cancel"),
+        "application/json",
+        b"{not json",
+        &[],
+    );
+    assert_eq!(status, 400);
+    assert_eq!(body["field"], "body", "{body}");
+    let (status, body) = server.request(
+        "POST",
+        &format!("/v1/runs/{id}/cancel"),
+        "application/json",
+        b"",
+        &[],
+    );
+    assert_eq!(status, 202, "an empty body is fine: {body}");
+    let run = server.wait_terminal(&id, WITHIN);
+    assert_eq!(run["cancel_requested_by"], "api");
+}

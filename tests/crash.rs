@@ -179,3 +179,46 @@ fn sigterm_exits_cleanly_and_leaves_steps_for_readoption() {
         1
     );
 }
+
+#[test]
+fn restore_of_an_older_store_stops_foreign_attempts_and_never_reuses_a_fence() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let mut server = Server::start(&state);
+    let first = server.submit("name: p\nsteps:\n  - name: a\n    run: ['true']\n");
+    server.wait_terminal(&first, WITHIN);
+    assert_eq!(server.terminate(), Some(0));
+    let backup = dir.path().join("backup.redb");
+    std::fs::copy(state.join("scarab.redb"), &backup).expect("backup");
+
+    server.restart();
+    let pid_file = dir.path().join("pid");
+    let yaml = format!(
+        "name: p\nsteps:\n  - name: zombie\n    run: [sh, -c, 'echo $$ > {}; exec sleep 60']\n",
+        pid_file.display()
+    );
+    let newer = server.submit(&yaml);
+    let newer_fence = fences(&server.wait_for(&newer, WITHIN, running), 0)[0];
+    let pid = wait_pid_file(&pid_file, WITHIN);
+    server.kill9();
+
+    // Restore the older file: the running attempt belongs to a lineage this store never saw.
+    std::fs::copy(&backup, state.join("scarab.redb")).expect("restore");
+    server.restart();
+    let deadline = std::time::Instant::now() + WITHIN;
+    while process_alive(pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the foreign step {pid} was not stopped"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (status, _) = server.get(&format!("/v1/runs/{newer}"));
+    assert_eq!(status, 404, "the restored store never had that run");
+    let later = server.submit("name: p\nsteps:\n  - name: a\n    run: ['true']\n");
+    let run = server.wait_terminal(&later, WITHIN);
+    assert!(
+        fences(&run, 0)[0] > newer_fence,
+        "fences are never reused after a restore"
+    );
+}

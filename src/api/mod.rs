@@ -6,7 +6,7 @@ pub mod dto;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -216,6 +216,13 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     Ok(Some(key.to_string()))
 }
 
+/// Query strings that do not parse are a JSON 400 like every other error.
+fn query_params<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    query.map(|Query(params)| params).map_err(|rejection| {
+        ApiError::field(StatusCode::BAD_REQUEST, "query", rejection.body_text())
+    })
+}
+
 fn parse_run_id(id: &str) -> Result<RunId, ApiError> {
     id.parse()
         .map_err(|e: String| ApiError::field(StatusCode::BAD_REQUEST, "id", e))
@@ -230,8 +237,9 @@ struct ListQuery {
 
 async fn list_runs(
     State(state): State<ApiState>,
-    Query(query): Query<ListQuery>,
+    query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let query = query_params(query)?;
     let run_state = match &query.state {
         Some(name) => Some(RunState::parse(name).ok_or_else(|| {
             let known: Vec<_> = RunState::ALL.iter().map(|s| s.as_str()).collect();
@@ -327,8 +335,9 @@ struct HistoryQuery {
 async fn history(
     State(state): State<ApiState>,
     Path(id): Path<String>,
-    Query(query): Query<HistoryQuery>,
+    query: Result<Query<HistoryQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let query = query_params(query)?;
     let run = parse_run_id(&id)?;
     let limit = query.limit.unwrap_or(limits::HISTORY_PAGE_MAX);
     if limit == 0 || limit > limits::HISTORY_PAGE_MAX {
@@ -357,6 +366,7 @@ async fn history(
 }
 
 #[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 struct CancelBody {
     by: Option<String>,
 }
@@ -364,12 +374,22 @@ struct CancelBody {
 async fn cancel(
     State(state): State<ApiState>,
     Path(id): Path<String>,
-    body: Option<Json<CancelBody>>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let run = parse_run_id(&id)?;
-    let by = body
-        .and_then(|Json(b)| b.by)
-        .unwrap_or_else(|| "api".to_string());
+    let body = body.map_err(|r| ApiError::new(r.status(), r.body_text()))?;
+    let body: CancelBody = if body.iter().all(u8::is_ascii_whitespace) {
+        CancelBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::field(
+                StatusCode::BAD_REQUEST,
+                "body",
+                format!("invalid JSON: {e}"),
+            )
+        })?
+    };
+    let by = body.by.unwrap_or_else(|| "api".to_string());
     let by = limits::clip(&by, limits::ORIGIN_MAX_BYTES);
     state.service.cancel(run, by).await.map_err(|e| match e {
         CancelError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, e.to_string()),
@@ -395,8 +415,9 @@ struct LogQuery {
 async fn logs(
     State(state): State<ApiState>,
     Path((id, step)): Path<(String, String)>,
-    Query(query): Query<LogQuery>,
+    query: Result<Query<LogQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let query = query_params(query)?;
     let run = load_run(&state, &id).await?;
     let index = run.pipeline.step_index(&step).ok_or_else(|| {
         ApiError::field(

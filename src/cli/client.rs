@@ -19,6 +19,8 @@ struct Client {
 
 struct Answer {
     status: u16,
+    /// Logs may hold any bytes; everything else is JSON text.
+    bytes: Vec<u8>,
     body: String,
     headers: ureq::http::HeaderMap,
 }
@@ -116,14 +118,16 @@ impl Client {
 fn answer(mut response: ureq::http::Response<ureq::Body>) -> anyhow::Result<Answer> {
     let status = response.status().as_u16();
     let headers = response.headers().clone();
-    let body = response
+    let bytes = response
         .body_mut()
         .with_config()
         .limit(64 * 1024 * 1024)
-        .read_to_string()
+        .read_to_vec()
         .context("reading the answer")?;
+    let body = String::from_utf8_lossy(&bytes).into_owned();
     Ok(Answer {
         status,
+        bytes,
         body,
         headers,
     })
@@ -307,7 +311,7 @@ pub fn logs(
         if !answer.ok() {
             return fail(&answer);
         }
-        out.write_all(answer.body.as_bytes())?;
+        out.write_all(&answer.bytes)?;
         out.flush()?;
         offset = header_u64(&answer, "x-scarab-next-offset").unwrap_or(offset);
         let finished = answer

@@ -71,7 +71,8 @@ pub struct EngineArgs {
     #[arg(long, env = "SCARAB_DEFAULT_STEP_TIMEOUT", default_value = "1h", value_parser = humantime::parse_duration)]
     default_step_timeout: Duration,
     /// Never-started retries every step gets (0..=20).
-    #[arg(long, env = "SCARAB_INFRA_RETRIES", default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=20))]
+    #[arg(long, env = "SCARAB_INFRA_RETRIES", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(0..=i64::from(crate::limits::INFRA_RETRIES_MAX)))]
     infra_retries: u32,
     /// Grace between SIGTERM and SIGKILL when Scarab stops a step.
     #[arg(long, env = "SCARAB_KILL_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]

@@ -60,8 +60,8 @@ impl FenceCounter {
 
     pub fn mint(&mut self) -> Fence {
         let fence = Fence(self.next);
-        // u64 fences at a million per second last half a million years; saturating keeps
-        // "never reused" honest even so: minting fails loudly instead of wrapping.
+        // u64 fences at a million per second last half a million years. Should the counter
+        // ever run out, minting stops loudly rather than wrap and reuse a fence.
         self.next = self
             .next
             .checked_add(1)

@@ -109,6 +109,10 @@ impl Executor for FakeExecutor {
         Ok(())
     }
 
+    async fn stop_foreign(&self, _at_or_above: Fence) -> Result<Vec<Fence>, ExecutorError> {
+        Ok(Vec::new())
+    }
+
     fn highest_fence(&self) -> Result<Option<Fence>, ExecutorError> {
         Ok(self.highest.lock().ok().and_then(|h| *h))
     }

@@ -60,6 +60,14 @@ pub trait Executor: Clone + Send + Sync + 'static {
     /// verdict it left, or report it `lost`. Never starts anything.
     fn adopt(&self, adoption: &Adoption) -> impl Future<Output = Result<(), ExecutorError>> + Send;
 
+    /// Stops every attempt still running whose fence is `at_or_above` — fences this store
+    /// never minted (a newer lineage after a restore from an older backup): foreign
+    /// zombies. Returns their fences.
+    fn stop_foreign(
+        &self,
+        at_or_above: Fence,
+    ) -> impl Future<Output = Result<Vec<Fence>, ExecutorError>> + Send;
+
     /// The highest fence this executor has ever seen, so the counter can be raised above it.
     fn highest_fence(&self) -> Result<Option<Fence>, ExecutorError>;
 }

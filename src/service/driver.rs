@@ -62,6 +62,8 @@ pub struct Driver<E: Executor> {
     /// Every non-terminal run, as last committed (or being changed by the open batch).
     runs: HashMap<RunId, Run>,
     fences: FenceCounter,
+    /// The stored fence counter at start: running attempts at or above it are foreign.
+    foreign_floor: crate::engine::Fence,
     next_timer: Option<Timestamp>,
 }
 
@@ -116,6 +118,7 @@ impl<E: Executor> Driver<E> {
             outbox,
             runs: HashMap::new(),
             fences: FenceCounter::starting_at(1),
+            foreign_floor: crate::engine::Fence(1),
             next_timer: None,
         };
         driver.reload()?;
@@ -126,6 +129,7 @@ impl<E: Executor> Driver<E> {
         let read = self.store.read()?;
         let stored_next = read.fence_next()?;
         self.fences = FenceCounter::starting_at(stored_next);
+        self.foreign_floor = crate::engine::Fence(stored_next);
         match self.executor.highest_fence() {
             Ok(Some(seen)) => self.fences.raise_above(seen),
             Ok(None) => {}
@@ -188,8 +192,16 @@ impl<E: Executor> Driver<E> {
             "re-adopting in-flight attempts"
         );
         let executor = self.executor.clone();
+        let foreign_floor = self.foreign_floor;
         tokio::spawn(async move {
             let started = std::time::Instant::now();
+            match executor.stop_foreign(foreign_floor).await {
+                Ok(stopped) if !stopped.is_empty() => {
+                    tracing::warn!(count = stopped.len(), "stopped foreign attempts")
+                }
+                Ok(_) => {}
+                Err(error) => tracing::error!(%error, "cannot look for foreign attempts"),
+            }
             let count = adoptions.len();
             for adoption in adoptions {
                 if let Err(error) = executor.adopt(&adoption).await {
@@ -515,7 +527,9 @@ impl<E: Executor> Driver<E> {
             return Ok(());
         };
         for event in &effects.events {
-            tx.append_history(id, &history::record(run, event, now))?;
+            if !tx.append_history(id, &history::record(run, event, now))? {
+                tracing::warn!(run = %id, limit = limits::HISTORY_EVENTS_PER_RUN_MAX, "history full: event not recorded");
+            }
         }
         for intent in effects.intents {
             match intent {

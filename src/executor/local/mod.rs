@@ -276,16 +276,53 @@ impl Executor for LocalExecutor {
 
     async fn adopt(&self, adoption: &Adoption) -> Result<(), ExecutorError> {
         let dir = self.attempt_dir(adoption.fence);
+        let spec = files::read_json::<Spec>(&dir, files::SPEC).map_err(Self::io_error(&dir))?;
+        if let Some(spec) = spec
+            && (spec.run, spec.step) != (adoption.run, adoption.step)
+        {
+            // Same fence, other run or step: not ours to adopt. Stop it, and our attempt
+            // has no verdict.
+            tracing::warn!(fence = %adoption.fence, found_run = %spec.run, "attempt directory belongs to another run; stopping it");
+            self.kill(adoption.fence, KillReason::Cancel).await?;
+            let verdict = lost("the attempt directory under this fence belongs to another run");
+            self.report(adoption.run, adoption.step, adoption.fence, verdict)
+                .await;
+            return Ok(());
+        }
         let probe = self.probe(&dir).await.map_err(Self::io_error(&dir))?;
         self.take_over(adoption.run, adoption.step, adoption.fence, probe)
             .await;
         Ok(())
     }
 
+    async fn stop_foreign(&self, at_or_above: Fence) -> Result<Vec<Fence>, ExecutorError> {
+        let mut stopped = Vec::new();
+        for fence in self
+            .fences_on_disk()?
+            .into_iter()
+            .filter(|f| *f >= at_or_above)
+        {
+            let dir = self.attempt_dir(fence);
+            if files::supervisor_holds_lock(&dir).map_err(Self::io_error(&dir))? {
+                tracing::warn!(%fence, "stopping a foreign attempt: its fence was never minted by this store");
+                self.kill(fence, KillReason::Cancel).await?;
+                stopped.push(fence);
+            }
+        }
+        Ok(stopped)
+    }
+
     fn highest_fence(&self) -> Result<Option<Fence>, ExecutorError> {
+        Ok(self.fences_on_disk()?.into_iter().max())
+    }
+}
+
+impl LocalExecutor {
+    /// Fences of every attempt directory.
+    fn fences_on_disk(&self) -> Result<Vec<Fence>, ExecutorError> {
         let dir = &self.inner.attempts_dir;
         let entries = std::fs::read_dir(dir).map_err(Self::io_error(dir))?;
-        let mut highest = None;
+        let mut fences = Vec::new();
         for entry in entries {
             let entry = entry.map_err(Self::io_error(dir))?;
             if let Some(fence) = entry
@@ -293,10 +330,10 @@ impl Executor for LocalExecutor {
                 .to_str()
                 .and_then(|n| n.parse::<u64>().ok())
             {
-                highest = highest.max(Some(Fence(fence)));
+                fences.push(Fence(fence));
             }
         }
-        Ok(highest)
+        Ok(fences)
     }
 }
 
