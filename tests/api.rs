@@ -392,3 +392,29 @@ fn malformed_queries_and_bodies_get_json_errors() {
     let run = server.wait_terminal(&id, WITHIN);
     assert_eq!(run["cancel_requested_by"], "api");
 }
+
+#[test]
+fn logs_and_attempt_directories_are_removed_after_the_retention() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start_with(&dir.path().join("state"), &["--log-retention", "1s"]);
+    let id = server.submit("name: p\nsteps:\n  - name: a\n    run: [echo, hi]\n");
+    let run = server.wait_terminal(&id, WITHIN);
+    let fence = common::fences(&run, 0)[0];
+    let attempt_dir = server.state_dir.join("attempts").join(fence.to_string());
+    let deadline = std::time::Instant::now() + WITHIN;
+    while attempt_dir.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} was never removed",
+            attempt_dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, body) = server.get(&format!("/v1/runs/{id}/steps/a/logs"));
+    assert_eq!(status, 410, "{body}");
+    assert_eq!(
+        server.run(&id)["state"],
+        "succeeded",
+        "the run itself is kept"
+    );
+}

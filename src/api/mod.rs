@@ -448,11 +448,15 @@ async fn logs(
         .unwrap_or(limits::LOG_CHUNK_MAX_BYTES)
         .min(limits::LOG_CHUNK_MAX_BYTES);
     let offset = query.offset.unwrap_or(0);
-    let path = crate::executor::local::files::attempt_dir(
+    let dir = crate::executor::local::files::attempt_dir(
         &state.service.state_dir.attempts(),
         attempt.fence,
-    )
-    .join(file);
+    );
+    if !attempt.is_in_flight() && !dir.exists() {
+        let message = "the attempt's logs were removed after the log retention period";
+        return Err(ApiError::new(StatusCode::GONE, message));
+    }
+    let path = dir.join(file);
     let (bytes, size) = read_chunk(&path, offset, limit).await.map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -77,6 +77,9 @@ pub struct EngineArgs {
     /// Grace between SIGTERM and SIGKILL when Scarab stops a step.
     #[arg(long, env = "SCARAB_KILL_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]
     kill_grace: Duration,
+    /// How long a finished run's step logs and attempt directories are kept.
+    #[arg(long, env = "SCARAB_LOG_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
+    log_retention: Duration,
 }
 
 impl EngineArgs {
@@ -85,6 +88,7 @@ impl EngineArgs {
         settings.engine.default_step_timeout = self.default_step_timeout;
         settings.engine.infra_retries = self.infra_retries;
         settings.kill_grace = self.kill_grace;
+        settings.log_retention = self.log_retention;
         settings
     }
 }

@@ -109,6 +109,10 @@ impl Executor for FakeExecutor {
         Ok(())
     }
 
+    async fn clean_up(&self, _fence: Fence) -> Result<(), ExecutorError> {
+        Ok(())
+    }
+
     async fn stop_foreign(&self, _at_or_above: Fence) -> Result<Vec<Fence>, ExecutorError> {
         Ok(Vec::new())
     }

@@ -60,6 +60,10 @@ pub trait Executor: Clone + Send + Sync + 'static {
     /// verdict it left, or report it `lost`. Never starts anything.
     fn adopt(&self, adoption: &Adoption) -> impl Future<Output = Result<(), ExecutorError>> + Send;
 
+    /// Removes a finished attempt's traces (for the local executor: its directory and
+    /// logs). Idempotent; refuses while the attempt still runs.
+    fn clean_up(&self, fence: Fence) -> impl Future<Output = Result<(), ExecutorError>> + Send;
+
     /// Stops every attempt still running whose fence is `at_or_above` — fences this store
     /// never minted (a newer lineage after a restore from an older backup): foreign
     /// zombies. Returns their fences.

@@ -130,6 +130,7 @@ async fn deliver<E: Executor>(executor: &E, message: &OutboxMessage) -> Result<(
     let result = match &message.payload {
         OutboxPayload::Launch(launch) => executor.launch(launch).await,
         OutboxPayload::Kill { fence, reason, .. } => executor.kill(*fence, *reason).await,
+        OutboxPayload::CleanUp { fence, .. } => executor.clean_up(*fence).await,
     };
     result.map_err(|e| limits::clip(&e.to_string(), limits::OUTBOX_ERROR_MAX_BYTES))
 }

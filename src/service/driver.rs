@@ -265,7 +265,7 @@ impl<E: Executor> Driver<E> {
                     Pending::Report(report) => self.on_report(&mut tx, report, now, &mut batch)?,
                 }
             }
-            self.flush(&mut tx, &batch)?;
+            self.flush(&mut tx, &batch, now)?;
             tx.set_fence_next(self.fences.next_value())?;
             tx.commit()
         });
@@ -335,8 +335,34 @@ impl<E: Executor> Driver<E> {
                     step,
                     fence: key.fence,
                 },
+                TimerKind::Retention => {
+                    self.clean_up(tx, key.run, now, batch)?;
+                    continue;
+                }
             };
             let _ = self.apply_input(tx, key.run, Input::TimerFired(timer), now, batch)?;
+        }
+        Ok(())
+    }
+
+    /// A finished run's retention is over: ask the executor to remove each attempt's
+    /// traces (bounded by the pipeline's steps × attempts).
+    fn clean_up(
+        &mut self,
+        tx: &mut WriteTx,
+        run: RunId,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        let Some(stored) = self.store.read()?.run(run)? else {
+            return Ok(());
+        };
+        for attempt in stored.steps.iter().flat_map(|s| &s.attempts) {
+            let payload = OutboxPayload::CleanUp {
+                run,
+                fence: attempt.fence,
+            };
+            self.enqueue(tx, payload, now, batch)?;
         }
         Ok(())
     }
@@ -597,12 +623,25 @@ impl<E: Executor> Driver<E> {
 
     /// Rewrites each touched run once: header (and its state index), changed steps and
     /// changed attempts (and the in-flight index).
-    fn flush(&self, tx: &mut WriteTx, batch: &Batch) -> Result<(), StoreError> {
+    /// A run that became terminal also gets its retention timer here.
+    fn flush(&self, tx: &mut WriteTx, batch: &Batch, now: Timestamp) -> Result<(), StoreError> {
         for (id, touched) in &batch.touched {
             let Some(run) = self.runs.get(id) else {
                 continue;
             };
             tx.put_run(&run.header, touched.previous)?;
+            let was_terminal = touched
+                .previous
+                .is_some_and(|(state, _)| state.is_terminal());
+            if run.header.state.is_terminal() && !was_terminal {
+                tx.insert_timer(TimerKey {
+                    due: now.plus(self.settings.log_retention),
+                    run: *id,
+                    step: 0,
+                    kind: TimerKind::Retention,
+                    fence: crate::engine::Fence(0),
+                })?;
+            }
             for &step in &touched.steps {
                 tx.put_step(*id, step, &run.steps[step].state)?;
             }

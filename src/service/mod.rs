@@ -31,6 +31,8 @@ pub struct Settings {
     /// Delivery attempts per outbox message (dead-lettering on exhaustion comes with the
     /// dead-letter queue; until then a message keeps retrying at the capped backoff).
     pub max_deliveries: u32,
+    /// How long a finished run's attempt directories (with the step logs) are kept.
+    pub log_retention: Duration,
 }
 
 impl Default for Settings {
@@ -39,6 +41,7 @@ impl Default for Settings {
             engine: EngineSettings::default(),
             kill_grace: crate::limits::KILL_GRACE,
             max_deliveries: 10,
+            log_retention: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }

@@ -6,6 +6,8 @@
 
 pub mod codec;
 pub mod records;
+#[cfg(test)]
+mod tests;
 
 use std::path::Path;
 

@@ -42,6 +42,11 @@ pub enum OutboxPayload {
         fence: Fence,
         reason: KillReason,
     },
+    /// Remove a finished attempt's traces (its directory and logs) after the retention.
+    CleanUp {
+        run: RunId,
+        fence: Fence,
+    },
 }
 
 impl OutboxPayload {
@@ -49,13 +54,14 @@ impl OutboxPayload {
         match self {
             OutboxPayload::Launch(_) => "launch",
             OutboxPayload::Kill { .. } => "kill",
+            OutboxPayload::CleanUp { .. } => "clean_up",
         }
     }
 
     pub fn run(&self) -> RunId {
         match self {
             OutboxPayload::Launch(launch) => launch.run,
-            OutboxPayload::Kill { run, .. } => *run,
+            OutboxPayload::Kill { run, .. } | OutboxPayload::CleanUp { run, .. } => *run,
         }
     }
 
@@ -66,6 +72,7 @@ impl OutboxPayload {
             OutboxPayload::Kill { fence, reason, .. } => {
                 format!("kill/{fence}/{}", reason.as_str())
             }
+            OutboxPayload::CleanUp { fence, .. } => format!("clean_up/{fence}"),
         }
     }
 }
@@ -106,6 +113,8 @@ pub struct TimerKey {
 pub enum TimerKind {
     RetryDue = 1,
     Backstop = 2,
+    /// A finished run's attempt directories (logs) are due for removal.
+    Retention = 3,
 }
 
 impl TimerKind {
@@ -113,6 +122,7 @@ impl TimerKind {
         match code {
             1 => Some(TimerKind::RetryDue),
             2 => Some(TimerKind::Backstop),
+            3 => Some(TimerKind::Retention),
             _ => None,
         }
     }

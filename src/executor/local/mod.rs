@@ -295,6 +295,23 @@ impl Executor for LocalExecutor {
         Ok(())
     }
 
+    async fn clean_up(&self, fence: Fence) -> Result<(), ExecutorError> {
+        let dir = self.attempt_dir(fence);
+        if files::supervisor_holds_lock(&dir).map_err(Self::io_error(&dir))? {
+            return Err(ExecutorError::Unavailable(format!(
+                "attempt {fence} is still supervised"
+            )));
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(ExecutorError::Io {
+                path: dir.display().to_string(),
+                source,
+            }),
+        }
+    }
+
     async fn stop_foreign(&self, at_or_above: Fence) -> Result<Vec<Fence>, ExecutorError> {
         let mut stopped = Vec::new();
         for fence in self

@@ -1,0 +1,215 @@
+//! The store against its own promises: round trips, indexes kept in step, timers taken
+//! once, fences never lowered, outbox ordering by due time.
+
+use super::records::*;
+use super::*;
+use crate::engine::{
+    Attempt, AttemptState, Fence, KillReason, RunHeader, RunId, RunState, StepState, Timestamp,
+};
+
+fn store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(&dir.path().join("s.redb")).expect("open");
+    (dir, store)
+}
+
+fn header(id: u128, state: RunState, at: u64) -> RunHeader {
+    RunHeader {
+        id: RunId(id),
+        pipeline_name: "p".into(),
+        origin: "local".into(),
+        state,
+        created_at: Timestamp(at),
+        updated_at: Timestamp(at),
+        cancel: None,
+    }
+}
+
+fn attempt(number: u32, fence: u64, finished: bool) -> Attempt {
+    Attempt {
+        number,
+        fence: Fence(fence),
+        created_at: Timestamp(1),
+        state: if finished {
+            AttemptState::Finished(crate::engine::Verdict {
+                outcome: crate::engine::Outcome::Succeeded,
+                started: true,
+                reason: "exit code 0".into(),
+                exit_code: Some(0),
+                started_at: None,
+                finished_at: Timestamp(2),
+            })
+        } else {
+            AttemptState::Launching
+        },
+        kill: None,
+    }
+}
+
+#[test]
+fn a_run_round_trips_and_the_indexes_follow_its_state() {
+    let (_dir, store) = store();
+    let source = PipelineSource {
+        format: SourceFormat::Yaml,
+        text: "name: p".into(),
+    };
+    let mut tx = store.write().expect("write");
+    tx.put_pipeline(RunId(5), &source).expect("pipeline");
+    tx.put_run(&header(5, RunState::Running, 10), None)
+        .expect("run");
+    tx.put_step(RunId(5), 0, &StepState::Active).expect("step");
+    tx.put_attempt(RunId(5), 0, &attempt(1, 7, false))
+        .expect("attempt");
+    tx.commit().expect("commit");
+
+    let read = store.read().expect("read");
+    let stored = read.run(RunId(5)).expect("read run").expect("exists");
+    assert_eq!(stored.header, header(5, RunState::Running, 10));
+    assert_eq!(stored.source, source);
+    assert_eq!(stored.steps[0].attempts, vec![attempt(1, 7, false)]);
+    assert_eq!(read.active_run_ids().expect("active"), vec![RunId(5)]);
+    assert_eq!(
+        read.inflight_attempts().expect("inflight"),
+        vec![(Fence(7), RunId(5), 0, 1)]
+    );
+    drop(read);
+
+    let mut tx = store.write().expect("write");
+    tx.put_run(
+        &header(5, RunState::Succeeded, 20),
+        Some((RunState::Running, Timestamp(10))),
+    )
+    .expect("run");
+    tx.put_attempt(RunId(5), 0, &attempt(1, 7, true))
+        .expect("attempt");
+    tx.commit().expect("commit");
+    let read = store.read().expect("read");
+    assert!(
+        read.active_run_ids().expect("active").is_empty(),
+        "no stale index entry"
+    );
+    assert!(read.inflight_attempts().expect("inflight").is_empty());
+    let query = RunQuery {
+        state: Some(RunState::Succeeded),
+        after: None,
+        limit: 10,
+    };
+    assert_eq!(read.list_runs(&query).expect("list").len(), 1);
+}
+
+#[test]
+fn the_fence_counter_never_goes_down() {
+    let (_dir, store) = store();
+    let mut tx = store.write().expect("write");
+    assert_eq!(tx.fence_next().expect("next"), 1);
+    tx.set_fence_next(10).expect("raise");
+    assert!(tx.set_fence_next(9).is_err(), "lowering is refused");
+    tx.commit().expect("commit");
+    assert_eq!(store.read().expect("read").fence_next().expect("next"), 10);
+}
+
+#[test]
+fn due_timers_are_taken_once_in_due_order() {
+    let (_dir, store) = store();
+    let key = |due: u64, step: u16| TimerKey {
+        due: Timestamp(due),
+        run: RunId(1),
+        step,
+        kind: TimerKind::RetryDue,
+        fence: Fence(0),
+    };
+    let mut tx = store.write().expect("write");
+    for (due, step) in [(30, 2), (10, 0), (20, 1), (40, 3)] {
+        tx.insert_timer(key(due, step)).expect("timer");
+    }
+    assert!(tx.delete_timer(key(40, 3)).expect("delete"));
+    tx.commit().expect("commit");
+    let mut tx = store.write().expect("write");
+    let taken = tx.take_due_timers(Timestamp(25), 10).expect("take");
+    assert_eq!(taken, vec![key(10, 0), key(20, 1)]);
+    assert!(
+        tx.take_due_timers(Timestamp(25), 10)
+            .expect("take")
+            .is_empty(),
+        "taken once"
+    );
+    tx.commit().expect("commit");
+    assert_eq!(
+        store.read().expect("read").next_timer_due().expect("next"),
+        Some(Timestamp(30))
+    );
+}
+
+#[test]
+fn outbox_messages_are_due_in_order_and_rescheduling_moves_them() {
+    let (_dir, store) = store();
+    let message = |next_at: u64| OutboxMessage {
+        id: 0,
+        payload: OutboxPayload::Kill {
+            run: RunId(1),
+            step: 0,
+            fence: Fence(3),
+            reason: KillReason::Cancel,
+        },
+        created_at: Timestamp(0),
+        next_at: Timestamp(next_at),
+        delivery_attempts: 0,
+        max_deliveries: 10,
+        last_error: None,
+    };
+    let mut tx = store.write().expect("write");
+    let late = tx.outbox_insert(message(50)).expect("insert");
+    let early = tx.outbox_insert(message(5)).expect("insert");
+    tx.commit().expect("commit");
+    let due: Vec<u64> = store
+        .read()
+        .expect("read")
+        .due_outbox(Timestamp(100), 10)
+        .expect("due")
+        .iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(due, vec![early, late]);
+
+    let mut tx = store.write().expect("write");
+    let mut moved = tx.outbox_get(early).expect("get").expect("exists");
+    moved.delivery_attempts = 1;
+    moved.last_error = Some("refused".into());
+    moved.next_at = Timestamp(200);
+    tx.outbox_put(&moved, Some(Timestamp(5))).expect("put");
+    tx.commit().expect("commit");
+    let read = store.read().expect("read");
+    let due: Vec<u64> = read
+        .due_outbox(Timestamp(100), 10)
+        .expect("due")
+        .iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(due, vec![late], "the rescheduled message is no longer due");
+    assert_eq!(read.outbox_depth().expect("depth"), 2);
+    drop(read);
+    let mut tx = store.write().expect("write");
+    assert!(tx.outbox_delete(late).expect("delete").is_some());
+    assert!(
+        tx.outbox_delete(late).expect("delete").is_none(),
+        "idempotent"
+    );
+    tx.commit().expect("commit");
+}
+
+#[test]
+fn a_store_from_a_newer_schema_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("s.redb");
+    {
+        let store = Store::open(&path).expect("open");
+        let mut tx = store.write().expect("write");
+        tx.set_meta(META_SCHEMA_VERSION, u64::from(SCHEMA_VERSION) + 1)
+            .expect("meta");
+        tx.commit().expect("commit");
+    }
+    assert!(matches!(
+        Store::open(&path),
+        Err(StoreError::SchemaTooNew { .. })
+    ));
+}
