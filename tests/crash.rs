@@ -115,11 +115,15 @@ fn acknowledged_submission_survives_kill9_right_after_201() {
     let out = dir.path().join("out");
     let mut server = Server::start(&dir.path().join("state"));
     let id = server.submit(&sleeper(&out, 0.2));
+    let minted = fences(&server.run(&id), 0);
     server.kill9();
     server.restart();
     let run = server.wait_terminal(&id, WITHIN);
     assert_eq!(run["state"], "succeeded", "{run:#}");
     assert_eq!(attempts(&run, 0).len(), 1);
+    // Whether or not the launch was confirmed before the kill, it ran under the fence
+    // minted at submission: an unconfirmed launch is relaunched with the same fence.
+    assert_eq!(fences(&run, 0), minted);
     assert_eq!(
         std::fs::read_to_string(&out)
             .expect("output")

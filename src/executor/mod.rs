@@ -49,6 +49,13 @@ pub trait Executor: Clone + Send + Sync + 'static {
         order: &LaunchRecord,
     ) -> impl Future<Output = Result<(), ExecutorError>> + Send;
 
+    /// The store now durably holds this attempt's launch as confirmed. An executor whose
+    /// launch is a two-step handshake (the local one) starts the step only now, so a step
+    /// never runs under a launch the store could forget.
+    fn launch_recorded(&self, fence: Fence) {
+        let _ = fence;
+    }
+
     /// Asks the attempt to stop. Idempotent; succeeds when there is nothing left to stop.
     fn kill(
         &self,

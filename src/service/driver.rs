@@ -93,6 +93,8 @@ struct Batch {
     replies: Vec<Reply>,
     settled_messages: Vec<u64>,
     new_messages: usize,
+    /// Launches whose confirmation this batch records.
+    recorded_launches: Vec<crate::engine::Fence>,
 }
 
 enum Pending {
@@ -286,6 +288,9 @@ impl<E: Executor> Driver<E> {
                 }
             }
         }
+        for fence in &batch.recorded_launches {
+            self.executor.launch_recorded(*fence);
+        }
         self.outbox.settle(&batch.settled_messages);
         if batch.new_messages > 0 {
             self.outbox.wake();
@@ -473,6 +478,7 @@ impl<E: Executor> Driver<E> {
                     return Ok(());
                 };
                 if let OutboxPayload::Launch(launch) = message.payload {
+                    batch.recorded_launches.push(launch.fence);
                     let input = Input::LaunchConfirmed {
                         step: usize::from(launch.step),
                         fence: launch.fence,

@@ -4,7 +4,7 @@
 pub mod files;
 pub mod supervisor;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -32,6 +32,8 @@ struct Inner {
     reports: mpsc::Sender<Report>,
     /// Fences with a watcher task, so a redelivered launch never watches twice.
     watching: Mutex<HashSet<Fence>>,
+    /// Supervisors waiting for the store to record their launch (their stdin).
+    awaiting_go: Mutex<HashMap<Fence, tokio::process::ChildStdin>>,
 }
 
 /// What an attempt directory says about its attempt.
@@ -60,6 +62,7 @@ impl LocalExecutor {
                 kill_grace,
                 reports,
                 watching: Mutex::new(HashSet::new()),
+                awaiting_go: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -130,7 +133,8 @@ impl LocalExecutor {
         command
             .arg("supervise")
             .arg(dir)
-            .stdin(Stdio::null())
+            // The launch handshake (see `supervisor::wait_for_go`).
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         // No pre_exec hook: the supervisor makes its own session (see `supervise`).
@@ -144,6 +148,11 @@ impl LocalExecutor {
                 return Ok(());
             }
         };
+        if let Some(stdin) = child.stdin.take()
+            && let Ok(mut awaiting) = self.inner.awaiting_go.lock()
+        {
+            awaiting.insert(fence, stdin);
+        }
         if !self.start_watching(fence) {
             return Ok(());
         }
@@ -151,9 +160,16 @@ impl LocalExecutor {
         let dir = dir.to_path_buf();
         tokio::spawn(async move {
             let _ = child.wait().await;
+            this.forget_go(fence);
             this.on_supervisor_exit(run, step, fence, &dir).await;
         });
         Ok(())
+    }
+
+    fn forget_go(&self, fence: Fence) {
+        if let Ok(mut awaiting) = self.inner.awaiting_go.lock() {
+            awaiting.remove(&fence);
+        }
     }
 
     fn start_watching(&self, fence: Fence) -> bool {
@@ -293,6 +309,22 @@ impl Executor for LocalExecutor {
         self.take_over(adoption.run, adoption.step, adoption.fence, probe)
             .await;
         Ok(())
+    }
+
+    fn launch_recorded(&self, fence: Fence) {
+        let stdin = self
+            .inner
+            .awaiting_go
+            .lock()
+            .ok()
+            .and_then(|mut a| a.remove(&fence));
+        let Some(stdin) = stdin else { return };
+        let Ok(fd) = stdin.into_owned_fd() else {
+            return;
+        };
+        // One byte into an empty pipe never blocks; a supervisor that already exited
+        // (it was stopped first) makes this fail harmlessly.
+        let _ = std::io::Write::write_all(&mut std::fs::File::from(fd), &[supervisor::GO]);
     }
 
     async fn clean_up(&self, fence: Fence) -> Result<(), ExecutorError> {

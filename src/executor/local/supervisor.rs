@@ -58,7 +58,9 @@ pub fn supervise(dir: &Path) -> Result<(), SuperviseError> {
     let spec: Spec = files::read_json(dir, files::SPEC)
         .map_err(io_error)?
         .ok_or_else(|| SuperviseError::NoSpec(dir.display().to_string()))?;
-    let verdict = run_attempt(dir, &spec).map_err(io_error)?;
+    let Some(verdict) = run_attempt(dir, &spec).map_err(io_error)? else {
+        return Ok(());
+    };
     // Atomic but not fsynced: the service commits the verdict durably to the store. A
     // power cut before that commit loses the file and the attempt is then reported
     // `lost`: conservative, never a second run under this fence.
@@ -67,46 +69,65 @@ pub fn supervise(dir: &Path) -> Result<(), SuperviseError> {
     Ok(())
 }
 
-fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Verdict> {
+/// `Ok(None)`: the launch was never recorded, so nothing ran and no verdict is written;
+/// the attempt directory is left looking fresh, so the next service relaunches this fence.
+fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
     if dir.join(files::SUPERVISOR).exists() {
         // A supervisor of this fence ran before and died without a verdict: its step may
         // have run. Never start it again under the same fence.
-        return Ok(never_ran_verdict(
+        return Ok(Some(never_ran_verdict(
             Outcome::Failed(FailureClass::Lost),
             "an earlier supervisor of this attempt died without a verdict",
             true,
-        ));
+        )));
     }
     if let Some(request) = files::read_json::<KillRequest>(dir, files::KILL)? {
-        return Ok(never_ran_verdict(
+        return Ok(Some(never_ran_verdict(
             stop_outcome(request.reason),
             "stopped before it started",
             false,
-        ));
+        )));
     }
     let me = ProcessIdentity::of(std::process::id() as i32)
         .ok_or_else(|| io::Error::other("cannot read this process's own start time"))?;
-    // Durable before the step exists: from here on, this fence may have run.
-    files::write_json(dir, files::SUPERVISOR, &me, true)?;
+    // Not fsynced: what makes a relaunch safe after a power cut is the store, not this
+    // file. The step starts only once the service has durably recorded the launch as
+    // confirmed (below), and the store never relaunches a confirmed attempt.
+    files::write_json(dir, files::SUPERVISOR, &me, false)?;
+    let (events_tx, events) = mpsc::channel();
+    listen_for_stop_signals(events_tx.clone())?;
+    if !wait_for_go() {
+        std::fs::remove_file(dir.join(files::SUPERVISOR))?;
+        return Ok(None);
+    }
+    if let Some(request) = files::read_json::<KillRequest>(dir, files::KILL)? {
+        return Ok(Some(never_ran_verdict(
+            stop_outcome(request.reason),
+            "stopped before it started",
+            false,
+        )));
+    }
 
     if let Some(workdir) = &spec.workdir
         && !Path::new(workdir).is_dir()
     {
         let reason = format!("working directory {workdir:?} does not exist or is not a directory");
-        return Ok(never_ran_verdict(
+        return Ok(Some(never_ran_verdict(
             Outcome::Failed(FailureClass::Config),
             &reason,
             false,
-        ));
+        )));
     }
-    let (events_tx, events) = mpsc::channel();
-    listen_for_stop_signals(events_tx.clone())?;
     let started_at = now();
     let mut child = match command(dir, spec)?.spawn() {
         Ok(child) => child,
         Err(error) => {
             let (class, reason) = classify_spawn_error(&error, &spec.argv[0]);
-            return Ok(never_ran_verdict(Outcome::Failed(class), &reason, false));
+            return Ok(Some(never_ran_verdict(
+                Outcome::Failed(class),
+                &reason,
+                false,
+            )));
         }
     };
     let pid = child.id() as i32;
@@ -122,8 +143,20 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Verdict> {
     // Leftovers of the step (its background children) die with it: a retry must never
     // overlap anything of this attempt.
     signal_group(pid, Signal::KILL);
-    Ok(classify_exit(status, stopped_for, spec, started_at))
+    Ok(Some(classify_exit(status, stopped_for, spec, started_at)))
 }
+
+/// The launch handshake: the service writes one byte to our stdin once its store holds
+/// the launch as confirmed. End of file (the service died or stopped first) means the
+/// launch was never recorded, so the step must not start.
+fn wait_for_go() -> bool {
+    use std::io::Read;
+    let mut byte = [0u8; 1];
+    matches!(std::io::stdin().read(&mut byte), Ok(1) if byte[0] == GO)
+}
+
+/// The byte the service sends when the launch is durable.
+pub const GO: u8 = b'g';
 
 fn command(dir: &Path, spec: &Spec) -> io::Result<Command> {
     let stdout = append(dir, files::STDOUT)?;
