@@ -9,6 +9,20 @@ use common::{Server, attempts, fences, process_alive, wait_pid_file};
 
 const WITHIN: Duration = Duration::from_secs(60);
 
+/// The run succeeded with one attempt, and its step wrote exactly one line.
+fn assert_ran_once(server: &Server, id: &str, out: &std::path::Path) -> serde_json::Value {
+    let run = server.wait_terminal(id, WITHIN);
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    assert_eq!(attempts(&run, 0).len(), 1, "one attempt");
+    let text = std::fs::read_to_string(out).expect("output");
+    assert_eq!(
+        text.lines().count(),
+        1,
+        "the step ran exactly once: {text:?}"
+    );
+    run
+}
+
 fn running(run: &serde_json::Value) -> bool {
     attempts(run, 0)
         .first()
@@ -32,19 +46,13 @@ fn kill9_mid_step_readopts_and_the_step_runs_once() {
     let before = server.wait_for(&id, WITHIN, running);
     let fence = fences(&before, 0)[0];
     server.restart();
-    let run = server.wait_terminal(&id, WITHIN);
-    assert_eq!(run["state"], "succeeded", "{run:#}");
-    assert_eq!(
-        attempts(&run, 0).len(),
-        1,
-        "re-adoption never mints an attempt"
-    );
-    assert_eq!(fences(&run, 0), vec![fence], "same fence");
+    let run = assert_ran_once(&server, &id, &out);
+    assert_eq!(fences(&run, 0), vec![fence], "re-adoption keeps the fence");
     let text = std::fs::read_to_string(&out).expect("output");
     assert_eq!(
         text,
         format!("fence {fence}\n"),
-        "exactly one line: the step ran once"
+        "the line was written under that fence"
     );
 }
 
@@ -67,16 +75,7 @@ fn verdict_reached_while_down_is_applied_on_start() {
     }
     std::thread::sleep(Duration::from_millis(300));
     server.restart();
-    let run = server.wait_terminal(&id, WITHIN);
-    assert_eq!(run["state"], "succeeded", "{run:#}");
-    assert_eq!(attempts(&run, 0).len(), 1);
-    assert_eq!(
-        std::fs::read_to_string(&out)
-            .expect("output")
-            .lines()
-            .count(),
-        1
-    );
+    assert_ran_once(&server, &id, &out);
 }
 
 #[test]
@@ -118,19 +117,10 @@ fn acknowledged_submission_survives_kill9_right_after_201() {
     let minted = fences(&server.run(&id), 0);
     server.kill9();
     server.restart();
-    let run = server.wait_terminal(&id, WITHIN);
-    assert_eq!(run["state"], "succeeded", "{run:#}");
-    assert_eq!(attempts(&run, 0).len(), 1);
+    let run = assert_ran_once(&server, &id, &out);
     // Whether or not the launch was confirmed before the kill, it ran under the fence
     // minted at submission: an unconfirmed launch is relaunched with the same fence.
     assert_eq!(fences(&run, 0), minted);
-    assert_eq!(
-        std::fs::read_to_string(&out)
-            .expect("output")
-            .lines()
-            .count(),
-        1
-    );
 }
 
 #[test]
@@ -172,16 +162,7 @@ fn sigterm_exits_cleanly_and_leaves_steps_for_readoption() {
     server.wait_for(&id, WITHIN, running);
     assert_eq!(server.terminate(), Some(0), "SIGTERM exits 0");
     server.restart();
-    let run = server.wait_terminal(&id, WITHIN);
-    assert_eq!(run["state"], "succeeded", "{run:#}");
-    assert_eq!(attempts(&run, 0).len(), 1);
-    assert_eq!(
-        std::fs::read_to_string(&out)
-            .expect("output")
-            .lines()
-            .count(),
-        1
-    );
+    assert_ran_once(&server, &id, &out);
 }
 
 #[test]

@@ -13,28 +13,24 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{Fence, KillReason, RunId};
+use crate::engine::{Fence, KillReason};
+use crate::store::records::LaunchRecord;
 
 pub const SPEC: &str = "spec.json";
 pub const LOCK: &str = "lock";
 pub const SUPERVISOR: &str = "supervisor.json";
 pub const CHILD: &str = "child.json";
 pub const KILL: &str = "kill.json";
+/// Left by a supervisor that gave up at the launch handshake: the step never started.
+pub const ABORTED: &str = "aborted";
 pub const VERDICT: &str = "verdict.json";
 pub const STDOUT: &str = "stdout.log";
 pub const STDERR: &str = "stderr.log";
 
+/// What the supervisor runs: the launch as the store recorded it, and the stop grace.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Spec {
-    pub run: RunId,
-    pub step: usize,
-    pub step_name: String,
-    pub attempt: u32,
-    pub fence: Fence,
-    pub argv: Vec<String>,
-    pub env: Vec<(String, String)>,
-    pub workdir: Option<String>,
-    pub timeout_ms: u64,
+    pub launch: LaunchRecord,
     pub kill_grace_ms: u64,
 }
 

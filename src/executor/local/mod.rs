@@ -20,6 +20,8 @@ use crate::engine::{FailureClass, Fence, KillReason, Outcome, RunId, Verdict};
 use crate::store::records::LaunchRecord;
 use files::{KillRequest, ProcessIdentity, Spec};
 
+type BoxedTask<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
+
 #[derive(Clone)]
 pub struct LocalExecutor {
     inner: Arc<Inner>,
@@ -44,6 +46,8 @@ enum Probe {
     Finished(Verdict),
     /// A supervisor started and is gone without a verdict.
     Vanished,
+    /// A supervisor gave up at the launch handshake: the step never started.
+    Aborted,
 }
 
 impl LocalExecutor {
@@ -86,6 +90,9 @@ impl LocalExecutor {
                 return Ok(Probe::Finished(verdict));
             }
             let alive = files::supervisor_holds_lock(dir)?;
+            if !alive && dir.join(files::ABORTED).exists() {
+                return Ok(Probe::Aborted);
+            }
             let identity = files::read_json::<ProcessIdentity>(dir, files::SUPERVISOR)?;
             match (alive, identity) {
                 (true, Some(identity)) => return Ok(Probe::Alive(identity)),
@@ -105,11 +112,15 @@ impl LocalExecutor {
         ))
     }
 
+    /// Takes over an attempt found on disk. `Aborted` only reaches here for an attempt
+    /// the store holds as confirmed (a re-adoption): its step never started, so it is
+    /// started now under the same fence, with no new attempt and no budget used.
     async fn take_over(&self, run: RunId, step: usize, fence: Fence, probe: Probe) {
         match probe {
             Probe::Finished(verdict) => self.report(run, step, fence, verdict).await,
             Probe::Alive(identity) => self.watch_adopted(run, step, fence, identity),
             Probe::Vanished => self.report_vanished(run, step, fence).await,
+            Probe::Aborted => self.restart_confirmed(run, step, fence).await,
             Probe::Fresh => {
                 self.report(
                     run,
@@ -161,9 +172,28 @@ impl LocalExecutor {
         tokio::spawn(async move {
             let _ = child.wait().await;
             this.forget_go(fence);
-            this.on_supervisor_exit(run, step, fence, &dir).await;
+            this.on_supervisor_exit(run, step, fence, &dir, false).await;
         });
         Ok(())
+    }
+
+    /// Starts a new supervisor for a confirmed attempt whose step never started, and lets
+    /// it go at once: the store already holds the launch.
+    fn restart_confirmed(&self, run: RunId, step: usize, fence: Fence) -> BoxedTask<'_> {
+        // Boxed: starting a supervisor spawns its watcher, which may come back here.
+        Box::pin(async move {
+            let dir = self.attempt_dir(fence);
+            tracing::info!(%fence, "the step never started (launch handshake cut short); starting it under the same fence");
+            if let Err(error) = std::fs::remove_file(dir.join(files::ABORTED)) {
+                let verdict = lost(&format!("cannot restart an aborted launch: {error}"));
+                self.report(run, step, fence, verdict).await;
+                return;
+            }
+            if let Err(error) = self.spawn_supervisor(run, step, fence, &dir).await {
+                tracing::error!(%fence, %error, "restarting an aborted launch failed");
+            }
+            self.launch_recorded(fence);
+        })
     }
 
     fn forget_go(&self, fence: Fence) {
@@ -190,16 +220,31 @@ impl LocalExecutor {
         tokio::spawn(async move {
             let dir = this.attempt_dir(fence);
             wait_for_exit(identity, &dir).await;
-            this.on_supervisor_exit(run, step, fence, &dir).await;
+            this.on_supervisor_exit(run, step, fence, &dir, true).await;
         });
     }
 
-    async fn on_supervisor_exit(&self, run: RunId, step: usize, fence: Fence, dir: &Path) {
+    /// A supervisor exited. `confirmed`: the store holds its launch as confirmed (it was
+    /// adopted); an own child that gave up at the handshake is left for the redelivered
+    /// launch instead.
+    async fn on_supervisor_exit(
+        &self,
+        run: RunId,
+        step: usize,
+        fence: Fence,
+        dir: &Path,
+        confirmed: bool,
+    ) {
         if let Ok(mut watching) = self.inner.watching.lock() {
             watching.remove(&fence);
         }
         match files::read_json::<Verdict>(dir, files::VERDICT) {
             Ok(Some(verdict)) => self.report(run, step, fence, verdict).await,
+            Ok(None) if dir.join(files::ABORTED).exists() => {
+                if confirmed {
+                    self.restart_confirmed(run, step, fence).await;
+                }
+            }
             Ok(None) => self.report_vanished(run, step, fence).await,
             Err(error) => {
                 self.report(
@@ -253,21 +298,16 @@ impl Executor for LocalExecutor {
         std::fs::create_dir_all(&dir).map_err(Self::io_error(&dir))?;
         match self.probe(&dir).await.map_err(Self::io_error(&dir))? {
             Probe::Fresh => {}
+            Probe::Aborted => {
+                std::fs::remove_file(dir.join(files::ABORTED)).map_err(Self::io_error(&dir))?
+            }
             other => {
                 self.take_over(order.run, step, order.fence, other).await;
                 return Ok(());
             }
         }
         let spec = Spec {
-            run: order.run,
-            step,
-            step_name: order.step_name.clone(),
-            attempt: order.attempt,
-            fence: order.fence,
-            argv: order.argv.clone(),
-            env: order.env.clone(),
-            workdir: order.workdir.clone(),
-            timeout_ms: order.timeout_ms,
+            launch: order.clone(),
             kill_grace_ms: u64::try_from(self.inner.kill_grace.as_millis()).unwrap_or(u64::MAX),
         };
         files::write_json(&dir, files::SPEC, &spec, false).map_err(io_error)?;
@@ -294,11 +334,11 @@ impl Executor for LocalExecutor {
         let dir = self.attempt_dir(adoption.fence);
         let spec = files::read_json::<Spec>(&dir, files::SPEC).map_err(Self::io_error(&dir))?;
         if let Some(spec) = spec
-            && (spec.run, spec.step) != (adoption.run, adoption.step)
+            && (spec.launch.run, usize::from(spec.launch.step)) != (adoption.run, adoption.step)
         {
             // Same fence, other run or step: not ours to adopt. Stop it, and our attempt
             // has no verdict.
-            tracing::warn!(fence = %adoption.fence, found_run = %spec.run, "attempt directory belongs to another run; stopping it");
+            tracing::warn!(fence = %adoption.fence, found_run = %spec.launch.run, "attempt directory belongs to another run; stopping it");
             self.kill(adoption.fence, KillReason::Cancel).await?;
             let verdict = lost("the attempt directory under this fence belongs to another run");
             self.report(adoption.run, adoption.step, adoption.fence, verdict)

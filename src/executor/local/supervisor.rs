@@ -97,6 +97,7 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
     let (events_tx, events) = mpsc::channel();
     listen_for_stop_signals(events_tx.clone())?;
     if !wait_for_go() {
+        files::write_atomic(dir, files::ABORTED, b"", false)?;
         std::fs::remove_file(dir.join(files::SUPERVISOR))?;
         return Ok(None);
     }
@@ -108,7 +109,7 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
         )));
     }
 
-    if let Some(workdir) = &spec.workdir
+    if let Some(workdir) = &spec.launch.workdir
         && !Path::new(workdir).is_dir()
     {
         let reason = format!("working directory {workdir:?} does not exist or is not a directory");
@@ -122,7 +123,7 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
     let mut child = match command(dir, spec)?.spawn() {
         Ok(child) => child,
         Err(error) => {
-            let (class, reason) = classify_spawn_error(&error, &spec.argv[0]);
+            let (class, reason) = classify_spawn_error(&error, &spec.launch.argv[0]);
             return Ok(Some(never_ran_verdict(
                 Outcome::Failed(class),
                 &reason,
@@ -161,20 +162,20 @@ pub const GO: u8 = b'g';
 fn command(dir: &Path, spec: &Spec) -> io::Result<Command> {
     let stdout = append(dir, files::STDOUT)?;
     let stderr = append(dir, files::STDERR)?;
-    let mut command = Command::new(&spec.argv[0]);
+    let mut command = Command::new(&spec.launch.argv[0]);
     command
-        .args(&spec.argv[1..])
+        .args(&spec.launch.argv[1..])
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
-        .env("SCARAB_RUN_ID", spec.run.to_string())
-        .env("SCARAB_STEP", &spec.step_name)
-        .env("SCARAB_ATTEMPT", spec.attempt.to_string())
-        .env("SCARAB_FENCE", spec.fence.0.to_string())
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .env("SCARAB_RUN_ID", spec.launch.run.to_string())
+        .env("SCARAB_STEP", &spec.launch.step_name)
+        .env("SCARAB_ATTEMPT", spec.launch.attempt.to_string())
+        .env("SCARAB_FENCE", spec.launch.fence.0.to_string())
+        .envs(spec.launch.env.iter().map(|(k, v)| (k, v)))
         // Its own process group, so the whole step can be stopped at once.
         .process_group(0);
-    if let Some(workdir) = &spec.workdir {
+    if let Some(workdir) = &spec.launch.workdir {
         command.current_dir(workdir);
     }
     Ok(command)
@@ -195,7 +196,7 @@ fn wait_for_end(
     pid: i32,
     events: &mpsc::Receiver<Event>,
 ) -> io::Result<(ExitStatus, Option<KillReason>)> {
-    let deadline = Instant::now() + Duration::from_millis(spec.timeout_ms);
+    let deadline = Instant::now() + Duration::from_millis(spec.launch.timeout_ms);
     let grace = Duration::from_millis(spec.kill_grace_ms);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -269,7 +270,7 @@ fn classify_exit(
             Outcome::Failed(FailureClass::Timeout),
             format!(
                 "TimedOut: killed after its timeout of {}",
-                humantime::format_duration(Duration::from_millis(spec.timeout_ms))
+                humantime::format_duration(Duration::from_millis(spec.launch.timeout_ms))
             ),
         ),
         (Some(KillReason::Cancel), _, _) => {

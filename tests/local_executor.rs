@@ -1,0 +1,172 @@
+//! The local executor on its own: real `scarab supervise` processes, the launch handshake
+//! and re-adoption decisions, without the rest of the service.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use scarab::engine::{Fence, Outcome, RunId};
+use scarab::executor::local::LocalExecutor;
+use scarab::executor::local::files::{self, Spec};
+use scarab::executor::{Adoption, Executor, Report};
+use scarab::store::records::LaunchRecord;
+use tokio::sync::mpsc;
+
+fn order(fence: u64, out: &Path) -> LaunchRecord {
+    LaunchRecord {
+        run: RunId(42),
+        step: 0,
+        step_name: "s".into(),
+        attempt: 1,
+        fence: Fence(fence),
+        argv: vec![
+            "sh".into(),
+            "-c".into(),
+            format!("echo $SCARAB_FENCE >> {}", out.display()),
+        ],
+        env: vec![],
+        workdir: None,
+        timeout_ms: 60_000,
+    }
+}
+
+fn executor(attempts: &Path) -> (LocalExecutor, mpsc::Receiver<Report>) {
+    let (tx, rx) = mpsc::channel(16);
+    let executor = LocalExecutor::new(
+        attempts.to_path_buf(),
+        common::BIN.into(),
+        Duration::from_secs(1),
+        tx,
+    )
+    .expect("executor");
+    (executor, rx)
+}
+
+/// Runs a supervisor for `fence` whose service goes away before the launch handshake.
+fn abort_at_handshake(attempts: &Path, launch: LaunchRecord) {
+    let dir = files::attempt_dir(attempts, launch.fence);
+    std::fs::create_dir_all(&dir).expect("dir");
+    files::write_json(
+        &dir,
+        files::SPEC,
+        &Spec {
+            launch,
+            kill_grace_ms: 1000,
+        },
+        false,
+    )
+    .expect("spec");
+    let status = Command::new(common::BIN)
+        .arg("supervise")
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .status()
+        .expect("supervise");
+    assert!(status.success());
+    assert!(
+        dir.join(files::ABORTED).exists(),
+        "the supervisor recorded that it gave up"
+    );
+    assert!(!dir.join(files::SUPERVISOR).exists());
+    assert!(
+        !dir.join(files::VERDICT).exists(),
+        "no verdict: nothing ran"
+    );
+}
+
+async fn next_report(reports: &mut mpsc::Receiver<Report>) -> Report {
+    tokio::time::timeout(Duration::from_secs(30), reports.recv())
+        .await
+        .expect("a report in time")
+        .expect("a report")
+}
+
+#[tokio::test]
+async fn a_confirmed_attempt_cut_at_the_handshake_runs_once_under_its_fence_on_adoption() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let attempts = dir.path().join("attempts");
+    let out = dir.path().join("out");
+    abort_at_handshake(&attempts, order(7, &out));
+    let (executor, mut reports) = executor(&attempts);
+    let adoption = Adoption {
+        run: RunId(42),
+        step: 0,
+        fence: Fence(7),
+    };
+    executor.adopt(&adoption).await.expect("adopt");
+    let report = next_report(&mut reports).await;
+    assert_eq!(report.fence, Fence(7));
+    assert_eq!(
+        report.verdict.outcome,
+        Outcome::Succeeded,
+        "{:?}",
+        report.verdict
+    );
+    assert_eq!(std::fs::read_to_string(&out).expect("out"), "7\n");
+}
+
+#[tokio::test]
+async fn an_unconfirmed_launch_waits_for_the_store_before_the_step_starts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let attempts = dir.path().join("attempts");
+    let out = dir.path().join("out");
+    abort_at_handshake(&attempts, order(9, &out));
+    let (executor, mut reports) = executor(&attempts);
+    // The redelivered launch starts a new supervisor, which waits for the handshake.
+    executor.launch(&order(9, &out)).await.expect("launch");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !out.exists(),
+        "the step must not start before the launch is recorded"
+    );
+    executor.launch_recorded(Fence(9));
+    let report = next_report(&mut reports).await;
+    assert_eq!(report.verdict.outcome, Outcome::Succeeded);
+    assert_eq!(std::fs::read_to_string(&out).expect("out"), "9\n");
+    // Launching the same fence again never starts it twice: the verdict is reported again.
+    executor
+        .launch(&order(9, &out))
+        .await
+        .expect("launch again");
+    let again = next_report(&mut reports).await;
+    assert_eq!(again.verdict.outcome, Outcome::Succeeded);
+    assert_eq!(std::fs::read_to_string(&out).expect("out"), "9\n");
+}
+
+#[tokio::test]
+async fn a_confirmed_attempt_with_no_trace_is_lost_and_a_foreign_directory_is_not_adopted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let attempts = dir.path().join("attempts");
+    let (executor, mut reports) = executor(&attempts);
+    let adoption = Adoption {
+        run: RunId(42),
+        step: 0,
+        fence: Fence(3),
+    };
+    executor.adopt(&adoption).await.expect("adopt");
+    let report = next_report(&mut reports).await;
+    assert_eq!(
+        report.verdict.class(),
+        Some(scarab::engine::FailureClass::Lost)
+    );
+
+    // A directory under fence 4 that belongs to another run.
+    let out = dir.path().join("out");
+    abort_at_handshake(&attempts, order(4, &out));
+    let other = Adoption {
+        run: RunId(43),
+        step: 0,
+        fence: Fence(4),
+    };
+    executor.adopt(&other).await.expect("adopt");
+    let report = next_report(&mut reports).await;
+    assert_eq!(report.run, RunId(43));
+    assert_eq!(
+        report.verdict.class(),
+        Some(scarab::engine::FailureClass::Lost)
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!out.exists(), "the other run's step was not started");
+}
