@@ -161,7 +161,7 @@ fn idempotency_key_returns_the_same_run() {
     let headers = [("Idempotency-Key", "deploy-42")];
     let (s1, first) = server.request("POST", "/v1/runs", "application/yaml", yaml, &headers);
     let (s2, second) = server.request("POST", "/v1/runs", "application/yaml", yaml, &headers);
-    assert_eq!((s1, s2), (201, 201));
+    assert_eq!((s1, s2), (201, 200), "a replay answers 200");
     assert_eq!(first["id"], second["id"]);
     assert_eq!(second["existing"], true);
     assert_eq!(run_count(&server), 1);
@@ -173,6 +173,12 @@ fn idempotency_key_returns_the_same_run() {
         &[("Idempotency-Key", "deploy-43")],
     );
     assert_ne!(other.1["id"], first["id"]);
+    let other_body = b"name: p\nsteps:\n  - name: b\n    run: ['true']\n";
+    let (status, answer) =
+        server.request("POST", "/v1/runs", "application/yaml", other_body, &headers);
+    assert_eq!(status, 409, "the same key with another pipeline: {answer}");
+    assert_eq!(answer["field"], "Idempotency-Key");
+    assert_eq!(run_count(&server), 2);
     let too_long = "k".repeat(201);
     let (status, answer) = server.request(
         "POST",

@@ -170,3 +170,54 @@ async fn a_confirmed_attempt_with_no_trace_is_lost_and_a_foreign_directory_is_no
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!out.exists(), "the other run's step was not started");
 }
+
+#[tokio::test]
+async fn an_unconfirmed_launch_whose_supervisor_died_before_the_step_is_started_afresh() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let attempts = dir.path().join("attempts");
+    let out = dir.path().join("out");
+    // A supervisor recorded itself, then died (power cut, OOM kill) before its handshake.
+    let attempt_dir = files::attempt_dir(&attempts, Fence(11));
+    std::fs::create_dir_all(&attempt_dir).expect("dir");
+    let dead = files::ProcessIdentity {
+        pid: 999_999,
+        start_ticks: 1,
+    };
+    files::write_json(&attempt_dir, files::SUPERVISOR, &dead, false).expect("record");
+    let (executor, mut reports) = executor(&attempts);
+    executor.launch(&order(11, &out)).await.expect("launch");
+    executor.launch_recorded(Fence(11));
+    let report = next_report(&mut reports).await;
+    assert_eq!(
+        report.verdict.outcome,
+        Outcome::Succeeded,
+        "{:?}",
+        report.verdict
+    );
+    assert_eq!(std::fs::read_to_string(&out).expect("out"), "11\n");
+}
+
+#[tokio::test]
+async fn a_stop_during_the_handshake_means_the_step_never_starts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let attempts = dir.path().join("attempts");
+    let out = dir.path().join("out");
+    let (executor, mut reports) = executor(&attempts);
+    executor.launch(&order(13, &out)).await.expect("launch");
+    executor
+        .kill(Fence(13), scarab::engine::KillReason::Cancel)
+        .await
+        .expect("kill");
+    let report = next_report(&mut reports).await;
+    assert_eq!(
+        report.verdict.outcome,
+        Outcome::Stopped,
+        "{:?}",
+        report.verdict
+    );
+    assert!(!report.verdict.started);
+    // Even a late go byte cannot start it now.
+    executor.launch_recorded(Fence(13));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!out.exists(), "the step never ran");
+}

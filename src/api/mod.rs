@@ -189,9 +189,18 @@ async fn submit(
             SubmitError::Store(_) => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
             }
+            SubmitError::IdempotencyConflict(_) => {
+                ApiError::field(StatusCode::CONFLICT, "Idempotency-Key", e.to_string())
+            }
         })?;
     let body = json!({"id": submitted.id.to_string(), "warnings": outcome.warnings, "existing": submitted.existing});
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    // A replay answers 200 with the run the key first created; a new run is 201.
+    let status = if submitted.existing {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(body)).into_response())
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {

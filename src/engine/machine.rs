@@ -89,7 +89,7 @@ impl Engine {
                 self.on_retry_due(run, step, &mut effects)
             }
             Input::TimerFired(Timer::Backstop { step, fence }) => {
-                on_backstop(run, step, fence, &mut effects)
+                self.on_backstop(run, step, fence, now, &mut effects)
             }
             Input::Cancel { by } => on_cancel(run, by, now, &mut effects)?,
         }
@@ -217,6 +217,72 @@ impl Engine {
         }
     }
 
+    /// The engine's own timeout, for an executor that never reported one. The first
+    /// firing asks the executor to stop the attempt and waits once more; the second
+    /// concludes that no verdict can be obtained (`lost`), so a run never waits forever.
+    fn on_backstop(
+        &self,
+        run: &mut Run,
+        step: usize,
+        fence: super::Fence,
+        now: Timestamp,
+        effects: &mut Effects,
+    ) {
+        let slack = self.settings.backstop_slack;
+        let Some((index, attempt)) = attempt_by_fence(run, step, fence) else {
+            return;
+        };
+        let AttemptState::Running { confirmed_at, .. } = attempt.state else {
+            return;
+        };
+        effects.attempt_changed(step, index);
+        if attempt.kill.is_none() {
+            let backstop_due = now.plus(slack);
+            attempt.kill = Some(KillReason::Timeout);
+            attempt.state = AttemptState::Running {
+                confirmed_at,
+                backstop_due,
+            };
+            effects.events.push(Event::KillRequested {
+                step,
+                fence,
+                reason: KillReason::Timeout,
+            });
+            effects.intents.push(Intent::Kill {
+                step,
+                fence,
+                reason: KillReason::Timeout,
+            });
+            effects.intents.push(Intent::ScheduleTimer {
+                due: backstop_due,
+                timer: Timer::Backstop { step, fence },
+            });
+            return;
+        }
+        let verdict = Verdict {
+            outcome: Outcome::Failed(super::FailureClass::Lost),
+            started: true,
+            reason: "no verdict from the executor after the engine backstop asked it to stop the attempt".into(),
+            exit_code: None,
+            started_at: None,
+            finished_at: now,
+        };
+        effects.events.push(Event::AttemptFinished {
+            step,
+            attempt: attempt.number,
+            fence,
+            class: verdict.class(),
+            reason: verdict.reason.clone(),
+        });
+        attempt.state = AttemptState::Finished(verdict);
+        let next = if run.header.cancel.is_some() {
+            StepState::Cancelled
+        } else {
+            self.after_failure(run, step, super::FailureClass::Lost, now, effects)
+        };
+        set_step_state(run, step, next, effects);
+    }
+
     fn on_retry_due(&self, run: &mut Run, step: usize, effects: &mut Effects) {
         let Some(progress) = run.steps.get(step) else {
             return;
@@ -311,27 +377,6 @@ impl Engine {
         });
         set_step_state(run, step, StepState::Active, effects);
     }
-}
-
-fn on_backstop(run: &mut Run, step: usize, fence: super::Fence, effects: &mut Effects) {
-    let Some((index, attempt)) = attempt_by_fence(run, step, fence) else {
-        return;
-    };
-    if !matches!(attempt.state, AttemptState::Running { .. }) || attempt.kill.is_some() {
-        return;
-    }
-    attempt.kill = Some(KillReason::Timeout);
-    effects.attempt_changed(step, index);
-    effects.events.push(Event::KillRequested {
-        step,
-        fence,
-        reason: KillReason::Timeout,
-    });
-    effects.intents.push(Intent::Kill {
-        step,
-        fence,
-        reason: KillReason::Timeout,
-    });
 }
 
 fn on_cancel(

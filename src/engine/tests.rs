@@ -342,21 +342,33 @@ fn backstop_kills_a_running_attempt_once_and_stale_timers_do_nothing() {
     );
     sim.now = due;
     let effects = sim.input(Input::TimerFired(Timer::Backstop { step: 0, fence }));
+    let second = due.plus(crate::limits::BACKSTOP_SLACK);
     assert_eq!(
         effects.intents,
-        vec![Intent::Kill {
-            step: 0,
-            fence,
-            reason: KillReason::Timeout
-        }]
+        vec![
+            Intent::Kill {
+                step: 0,
+                fence,
+                reason: KillReason::Timeout
+            },
+            Intent::ScheduleTimer {
+                due: second,
+                timer: Timer::Backstop { step: 0, fence }
+            }
+        ]
     );
-    let again = sim.input(Input::TimerFired(Timer::Backstop { step: 0, fence }));
-    assert!(again.intents.is_empty(), "a second firing kills nothing");
-    sim.input(Input::Verdict {
+    let verdict_effects = sim.input(Input::Verdict {
         step: 0,
         fence,
         verdict: verdict(Outcome::Failed(FailureClass::Timeout)),
     });
+    assert!(
+        verdict_effects.intents.contains(&Intent::CancelTimer {
+            due: second,
+            timer: Timer::Backstop { step: 0, fence }
+        }),
+        "the verdict cancels the second backstop"
+    );
     assert_eq!(
         sim.run.steps[0].state,
         StepState::Failed {
@@ -365,6 +377,47 @@ fn backstop_kills_a_running_attempt_once_and_stale_timers_do_nothing() {
     );
     let stale = sim.input(Input::TimerFired(Timer::Backstop { step: 0, fence }));
     assert!(stale.intents.is_empty() && stale.events.is_empty());
+}
+
+#[test]
+fn a_backstop_kill_without_a_verdict_concludes_lost_so_the_run_never_hangs() {
+    let mut sim = Sim::new(vec![step("a", &[], None)]);
+    let fence = sim.current_fence(0);
+    sim.input(Input::LaunchConfirmed { step: 0, fence });
+    sim.now = T0.plus(Duration::from_secs(3600));
+    let first = sim.input(Input::TimerFired(Timer::Backstop { step: 0, fence }));
+    let second_due = first
+        .intents
+        .iter()
+        .find_map(|i| match i {
+            Intent::ScheduleTimer {
+                due,
+                timer: Timer::Backstop { .. },
+            } => Some(*due),
+            _ => None,
+        })
+        .expect("a second backstop is scheduled");
+    assert_eq!(second_due, sim.now.plus(crate::limits::BACKSTOP_SLACK));
+    sim.now = second_due;
+    let second = sim.input(Input::TimerFired(Timer::Backstop { step: 0, fence }));
+    assert!(
+        second
+            .intents
+            .iter()
+            .all(|i| !matches!(i, Intent::Kill { .. }))
+    );
+    assert_eq!(
+        sim.run.steps[0].attempts[0].class(),
+        Some(FailureClass::Lost)
+    );
+    assert_eq!(sim.run.header.state, RunState::DeadLettered);
+    // The executor's late verdict changes nothing.
+    let late = sim.input(Input::Verdict {
+        step: 0,
+        fence,
+        verdict: verdict(Outcome::Failed(FailureClass::Timeout)),
+    });
+    assert!(late.events.is_empty());
 }
 
 #[test]

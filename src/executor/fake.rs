@@ -113,7 +113,7 @@ impl Executor for FakeExecutor {
         Ok(())
     }
 
-    async fn stop_foreign(&self, _at_or_above: Fence) -> Result<Vec<Fence>, ExecutorError> {
+    async fn stop_foreign(&self, _from: Fence, _below: Fence) -> Result<Vec<Fence>, ExecutorError> {
         Ok(Vec::new())
     }
 

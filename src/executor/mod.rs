@@ -71,12 +71,14 @@ pub trait Executor: Clone + Send + Sync + 'static {
     /// logs). Idempotent; refuses while the attempt still runs.
     fn clean_up(&self, fence: Fence) -> impl Future<Output = Result<(), ExecutorError>> + Send;
 
-    /// Stops every attempt still running whose fence is `at_or_above` — fences this store
-    /// never minted (a newer lineage after a restore from an older backup): foreign
-    /// zombies. Returns their fences.
+    /// Stops every attempt still running whose fence is in `from..below` — fences this
+    /// store never minted (a newer lineage after a restore from an older backup): foreign
+    /// zombies. `below` is the counter after it was raised at start, so nothing minted
+    /// since is touched. Returns their fences.
     fn stop_foreign(
         &self,
-        at_or_above: Fence,
+        from: Fence,
+        below: Fence,
     ) -> impl Future<Output = Result<Vec<Fence>, ExecutorError>> + Send;
 
     /// The highest fence this executor has ever seen, so the counter can be raised above it.

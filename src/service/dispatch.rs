@@ -45,6 +45,12 @@ impl Outbox {
             .unwrap_or(false)
     }
 
+    fn release(&self, id: u64) {
+        if let Ok(mut set) = self.inner.in_flight.lock() {
+            set.remove(&id);
+        }
+    }
+
     /// Called once the driver committed the result of these deliveries.
     pub fn settle(&self, ids: &[u64]) {
         if ids.is_empty() {
@@ -93,6 +99,12 @@ pub async fn run<E: Executor>(
             if !outbox.claim(message.id) {
                 continue;
             }
+            // The list above may be older than the last settlement: deliver only what the
+            // store still holds as due, so a settled message is never delivered again.
+            if !still_due(&store, message.id, now) {
+                outbox.release(message.id);
+                continue;
+            }
             let Ok(permit) = permits.clone().acquire_owned().await else {
                 return;
             };
@@ -122,6 +134,17 @@ pub async fn run<E: Executor>(
             _ = outbox.inner.wake.notified() => {}
             _ = tokio::time::sleep(wait) => {}
             _ = shutdown.changed() => return,
+        }
+    }
+}
+
+fn still_due(store: &Store, id: u64, now: crate::engine::Timestamp) -> bool {
+    match store.read().and_then(|r| r.outbox_message(id)) {
+        Ok(Some(message)) => message.next_at <= now,
+        Ok(None) => false,
+        Err(error) => {
+            tracing::error!(%error, "outbox: cannot re-read a message");
+            false
         }
     }
 }

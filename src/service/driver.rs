@@ -35,6 +35,8 @@ pub struct Submitted {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SubmitError {
+    #[error("Idempotency-Key already names run {0}, submitted with a different pipeline")]
+    IdempotencyConflict(RunId),
     #[error("{0}")]
     Store(String),
     #[error("the service is shutting down")]
@@ -62,8 +64,9 @@ pub struct Driver<E: Executor> {
     /// Every non-terminal run, as last committed (or being changed by the open batch).
     runs: HashMap<RunId, Run>,
     fences: FenceCounter,
-    /// The stored fence counter at start: running attempts at or above it are foreign.
-    foreign_floor: crate::engine::Fence,
+    /// Fences in `foreign.0..foreign.1` were never minted by this store but were found on
+    /// the executor at start (the stored counter, and the counter once raised above them).
+    foreign: (crate::engine::Fence, crate::engine::Fence),
     next_timer: Option<Timestamp>,
 }
 
@@ -79,7 +82,7 @@ struct Touched {
 enum Reply {
     Submit(
         oneshot::Sender<Result<super::Submitted, SubmitError>>,
-        Submitted,
+        Result<Submitted, SubmitError>,
     ),
     Cancel(
         oneshot::Sender<Result<(), CancelError>>,
@@ -120,7 +123,7 @@ impl<E: Executor> Driver<E> {
             outbox,
             runs: HashMap::new(),
             fences: FenceCounter::starting_at(1),
-            foreign_floor: crate::engine::Fence(1),
+            foreign: (crate::engine::Fence(1), crate::engine::Fence(1)),
             next_timer: None,
         };
         driver.reload()?;
@@ -131,12 +134,15 @@ impl<E: Executor> Driver<E> {
         let read = self.store.read()?;
         let stored_next = read.fence_next()?;
         self.fences = FenceCounter::starting_at(stored_next);
-        self.foreign_floor = crate::engine::Fence(stored_next);
         match self.executor.highest_fence() {
             Ok(Some(seen)) => self.fences.raise_above(seen),
             Ok(None) => {}
             Err(error) => tracing::error!(%error, "cannot read the executor's fences"),
         }
+        self.foreign = (
+            crate::engine::Fence(stored_next),
+            crate::engine::Fence(self.fences.next_value()),
+        );
         if self.fences.next_value() > stored_next {
             tracing::warn!(
                 from = stored_next,
@@ -194,10 +200,10 @@ impl<E: Executor> Driver<E> {
             "re-adopting in-flight attempts"
         );
         let executor = self.executor.clone();
-        let foreign_floor = self.foreign_floor;
+        let (foreign_from, foreign_below) = self.foreign;
         tokio::spawn(async move {
             let started = std::time::Instant::now();
-            match executor.stop_foreign(foreign_floor).await {
+            match executor.stop_foreign(foreign_from, foreign_below).await {
                 Ok(stopped) if !stopped.is_empty() => {
                     tracing::warn!(count = stopped.len(), "stopped foreign attempts")
                 }
@@ -281,7 +287,7 @@ impl<E: Executor> Driver<E> {
         for reply in batch.replies {
             match reply {
                 Reply::Submit(to, submitted) => {
-                    let _ = to.send(Ok(submitted));
+                    let _ = to.send(submitted);
                 }
                 Reply::Cancel(to, result) => {
                     let _ = to.send(result);
@@ -412,14 +418,21 @@ impl<E: Executor> Driver<E> {
         idempotency_key: Option<String>,
         now: Timestamp,
         batch: &mut Batch,
-    ) -> Result<Submitted, StoreError> {
+    ) -> Result<Result<Submitted, SubmitError>, StoreError> {
         if let Some(key) = &idempotency_key
             && let Some(existing) = tx.idempotency_get(key)?
         {
-            return Ok(Submitted {
+            // The same key with another pipeline is a client bug, not a replay.
+            if tx
+                .pipeline(existing)?
+                .is_some_and(|stored| stored != source)
+            {
+                return Ok(Err(SubmitError::IdempotencyConflict(existing)));
+            }
+            return Ok(Ok(Submitted {
                 id: existing,
                 existing: true,
-            });
+            }));
         }
         let id = RunId(ulid::Ulid::from_parts(now.0, rand_bits()).0);
         let (run, effects) = self
@@ -432,10 +445,10 @@ impl<E: Executor> Driver<E> {
         batch.touched.insert(id, Touched::default());
         self.runs.insert(id, run);
         self.record(tx, id, effects, now, batch)?;
-        Ok(Submitted {
+        Ok(Ok(Submitted {
             id,
             existing: false,
-        })
+        }))
     }
 
     fn cancel(
@@ -478,12 +491,17 @@ impl<E: Executor> Driver<E> {
                     return Ok(());
                 };
                 if let OutboxPayload::Launch(launch) = message.payload {
-                    batch.recorded_launches.push(launch.fence);
+                    let step = usize::from(launch.step);
                     let input = Input::LaunchConfirmed {
-                        step: usize::from(launch.step),
+                        step,
                         fence: launch.fence,
                     };
                     let _ = self.apply_input(tx, launch.run, input, now, batch)?;
+                    // The step may start only if this commit makes it a running attempt
+                    // nobody asked to stop; otherwise its kill (or its end) settles it.
+                    if self.confirmed_and_wanted(launch.run, step, launch.fence) {
+                        batch.recorded_launches.push(launch.fence);
+                    }
                 }
             }
             Err(error) => {
@@ -498,6 +516,17 @@ impl<E: Executor> Driver<E> {
             }
         }
         Ok(())
+    }
+
+    fn confirmed_and_wanted(&self, run: RunId, step: usize, fence: crate::engine::Fence) -> bool {
+        let attempt = self
+            .runs
+            .get(&run)
+            .and_then(|r| r.steps.get(step))
+            .and_then(|s| s.attempts.iter().find(|a| a.fence == fence));
+        attempt.is_some_and(|a| {
+            matches!(a.state, crate::engine::AttemptState::Running { .. }) && a.kill.is_none()
+        })
     }
 
     fn on_report(

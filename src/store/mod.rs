@@ -346,6 +346,14 @@ impl WriteTx {
         Ok(Some(message))
     }
 
+    pub fn pipeline(&self, run: RunId) -> Result<Option<PipelineSource>, StoreError> {
+        let table = self.inner.open_table(PIPELINES)?;
+        let value = table.get(run.0)?;
+        value
+            .map(|v| codec::decode(v.value()).map_err(StoreError::from))
+            .transpose()
+    }
+
     pub fn idempotency_get(&self, key: &str) -> Result<Option<RunId>, StoreError> {
         let table = self.inner.open_table(IDEMPOTENCY)?;
         Ok(table.get(key)?.map(|v| RunId(v.value())))
@@ -526,6 +534,14 @@ impl ReadTx {
             messages.push(codec::decode(value.value())?);
         }
         Ok(messages)
+    }
+
+    pub fn outbox_message(&self, id: u64) -> Result<Option<OutboxMessage>, StoreError> {
+        let table = self.inner.open_table(OUTBOX)?;
+        let value = table.get(id)?;
+        value
+            .map(|v| codec::decode(v.value()).map_err(StoreError::from))
+            .transpose()
     }
 
     pub fn next_outbox_due(&self) -> Result<Option<Timestamp>, StoreError> {

@@ -84,26 +84,30 @@ impl LocalExecutor {
 
     /// Reads the attempt directory. A supervisor that holds the lock but has not yet
     /// recorded itself is waited for briefly.
+    ///
+    /// Files are written atomically, so a torn one can only be the leftover of a power
+    /// cut: a torn verdict is no verdict (`lost`), a torn supervisor record is a
+    /// supervisor that is gone.
     async fn probe(&self, dir: &Path) -> io::Result<Probe> {
         for _ in 0..200 {
-            if let Some(verdict) = files::read_json::<Verdict>(dir, files::VERDICT)? {
-                return Ok(Probe::Finished(verdict));
+            if let Some(probe) = read_verdict(dir)? {
+                return Ok(probe);
             }
             let alive = files::supervisor_holds_lock(dir)?;
             if !alive && dir.join(files::ABORTED).exists() {
                 return Ok(Probe::Aborted);
             }
-            let identity = files::read_json::<ProcessIdentity>(dir, files::SUPERVISOR)?;
+            let identity = match files::read_json::<ProcessIdentity>(dir, files::SUPERVISOR) {
+                Err(e) if e.kind() == io::ErrorKind::InvalidData && !alive => {
+                    return Ok(Probe::Vanished);
+                }
+                other => other?,
+            };
             match (alive, identity) {
                 (true, Some(identity)) => return Ok(Probe::Alive(identity)),
                 (true, None) => tokio::time::sleep(Duration::from_millis(10)).await,
-                (false, Some(_)) => {
-                    // It may have written its verdict between our two reads.
-                    return Ok(match files::read_json::<Verdict>(dir, files::VERDICT)? {
-                        Some(verdict) => Probe::Finished(verdict),
-                        None => Probe::Vanished,
-                    });
-                }
+                // It may have written its verdict between our two reads.
+                (false, Some(_)) => return Ok(read_verdict(dir)?.unwrap_or(Probe::Vanished)),
                 (false, None) => return Ok(Probe::Fresh),
             }
         }
@@ -296,10 +300,16 @@ impl Executor for LocalExecutor {
         let io_error = Self::io_error(&dir);
         let step = usize::from(order.step);
         std::fs::create_dir_all(&dir).map_err(Self::io_error(&dir))?;
+        // A launch is delivered only while the store holds it unconfirmed, and a step starts
+        // only after confirmation: so a supervisor that is gone without having spawned the
+        // step (no child.json) never ran it, and the fence is started afresh.
         match self.probe(&dir).await.map_err(Self::io_error(&dir))? {
             Probe::Fresh => {}
             Probe::Aborted => {
-                std::fs::remove_file(dir.join(files::ABORTED)).map_err(Self::io_error(&dir))?
+                remove_if_present(&dir, files::ABORTED).map_err(Self::io_error(&dir))?
+            }
+            Probe::Vanished if !dir.join(files::CHILD).exists() => {
+                remove_if_present(&dir, files::SUPERVISOR).map_err(Self::io_error(&dir))?
             }
             other => {
                 self.take_over(order.run, step, order.fence, other).await;
@@ -330,24 +340,14 @@ impl Executor for LocalExecutor {
         Ok(())
     }
 
+    /// Never fails silently: whatever cannot be read is reported as `lost`, so every
+    /// adopted attempt gets a verdict or a watcher.
     async fn adopt(&self, adoption: &Adoption) -> Result<(), ExecutorError> {
-        let dir = self.attempt_dir(adoption.fence);
-        let spec = files::read_json::<Spec>(&dir, files::SPEC).map_err(Self::io_error(&dir))?;
-        if let Some(spec) = spec
-            && (spec.launch.run, usize::from(spec.launch.step)) != (adoption.run, adoption.step)
-        {
-            // Same fence, other run or step: not ours to adopt. Stop it, and our attempt
-            // has no verdict.
-            tracing::warn!(fence = %adoption.fence, found_run = %spec.launch.run, "attempt directory belongs to another run; stopping it");
-            self.kill(adoption.fence, KillReason::Cancel).await?;
-            let verdict = lost("the attempt directory under this fence belongs to another run");
+        if let Err(error) = self.try_adopt(adoption).await {
+            let verdict = lost(&format!("cannot re-adopt: {error}"));
             self.report(adoption.run, adoption.step, adoption.fence, verdict)
                 .await;
-            return Ok(());
         }
-        let probe = self.probe(&dir).await.map_err(Self::io_error(&dir))?;
-        self.take_over(adoption.run, adoption.step, adoption.fence, probe)
-            .await;
         Ok(())
     }
 
@@ -384,12 +384,12 @@ impl Executor for LocalExecutor {
         }
     }
 
-    async fn stop_foreign(&self, at_or_above: Fence) -> Result<Vec<Fence>, ExecutorError> {
+    async fn stop_foreign(&self, from: Fence, below: Fence) -> Result<Vec<Fence>, ExecutorError> {
         let mut stopped = Vec::new();
         for fence in self
             .fences_on_disk()?
             .into_iter()
-            .filter(|f| *f >= at_or_above)
+            .filter(|f| (from..below).contains(f))
         {
             let dir = self.attempt_dir(fence);
             if files::supervisor_holds_lock(&dir).map_err(Self::io_error(&dir))? {
@@ -407,19 +407,51 @@ impl Executor for LocalExecutor {
 }
 
 impl LocalExecutor {
-    /// Fences of every attempt directory.
+    async fn try_adopt(&self, adoption: &Adoption) -> Result<(), ExecutorError> {
+        let dir = self.attempt_dir(adoption.fence);
+        let spec = files::read_json::<Spec>(&dir, files::SPEC).map_err(Self::io_error(&dir))?;
+
+        if let Some(spec) = spec
+            && (spec.launch.run, usize::from(spec.launch.step)) != (adoption.run, adoption.step)
+        {
+            // Same fence, other run or step: not ours to adopt. Stop it, and our attempt
+            // has no verdict.
+            tracing::warn!(fence = %adoption.fence, found_run = %spec.launch.run, "attempt directory belongs to another run; stopping it");
+            self.kill(adoption.fence, KillReason::Cancel).await?;
+            let verdict = lost("the attempt directory under this fence belongs to another run");
+            self.report(adoption.run, adoption.step, adoption.fence, verdict)
+                .await;
+            return Ok(());
+        }
+        let probe = self.probe(&dir).await.map_err(Self::io_error(&dir))?;
+        self.take_over(adoption.run, adoption.step, adoption.fence, probe)
+            .await;
+        Ok(())
+    }
+
+    /// Fences of every attempt directory. Only names this executor writes count (a
+    /// decimal fence, no leading zeros, below 2^62): a stray directory cannot push the
+    /// counter to its end.
     fn fences_on_disk(&self) -> Result<Vec<Fence>, ExecutorError> {
         let dir = &self.inner.attempts_dir;
         let entries = std::fs::read_dir(dir).map_err(Self::io_error(dir))?;
         let mut fences = Vec::new();
         for entry in entries {
             let entry = entry.map_err(Self::io_error(dir))?;
-            if let Some(fence) = entry
-                .file_name()
+            let name = entry.file_name();
+            let Some(fence) = name
                 .to_str()
-                .and_then(|n| n.parse::<u64>().ok())
-            {
+                .and_then(|n| n.parse::<u64>().ok().filter(|f| f.to_string() == n))
+            else {
+                continue;
+            };
+            if fence < 1 << 62 {
                 fences.push(Fence(fence));
+            } else {
+                tracing::warn!(
+                    ?name,
+                    "ignoring an attempt directory with an implausible fence"
+                );
             }
         }
         Ok(fences)
@@ -471,5 +503,24 @@ fn lost(reason: &str) -> Verdict {
         exit_code: None,
         started_at: None,
         finished_at: crate::clock::now(),
+    }
+}
+
+fn remove_if_present(dir: &Path, name: &str) -> io::Result<()> {
+    match std::fs::remove_file(dir.join(name)) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The verdict file as a probe result: `None` when there is none yet.
+fn read_verdict(dir: &Path) -> io::Result<Option<Probe>> {
+    match files::read_json::<Verdict>(dir, files::VERDICT) {
+        Ok(found) => Ok(found.map(Probe::Finished)),
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => Ok(Some(Probe::Finished(lost(
+            &format!("unreadable verdict: {e}"),
+        )))),
+        Err(e) => Err(e),
     }
 }

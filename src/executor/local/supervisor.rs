@@ -34,6 +34,8 @@ pub enum SuperviseError {
 enum Event {
     Exited(ExitStatus),
     Signalled,
+    /// The launch handshake's answer: `true` for the go byte, `false` for end of file.
+    Go(bool),
 }
 
 /// Runs the attempt in `dir` to its verdict. Returns once `verdict.json` is written (or
@@ -54,6 +56,13 @@ pub fn supervise(dir: &Path) -> Result<(), SuperviseError> {
         .map_err(|e| io_error(e.into()))?;
     if dir.join(files::VERDICT).exists() {
         return Ok(());
+    }
+    // A marker left by an earlier supervisor that gave up at the handshake is stale now
+    // that this one owns the attempt.
+    match std::fs::remove_file(dir.join(files::ABORTED)) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_error(e)),
     }
     let spec: Spec = files::read_json(dir, files::SPEC)
         .map_err(io_error)?
@@ -88,25 +97,29 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
             false,
         )));
     }
+    // Signals first: a stop request must never kill the supervisor itself.
+    let (events_tx, events) = mpsc::channel();
+    listen_for_stop_signals(events_tx.clone())?;
     let me = ProcessIdentity::of(std::process::id() as i32)
         .ok_or_else(|| io::Error::other("cannot read this process's own start time"))?;
     // Not fsynced: what makes a relaunch safe after a power cut is the store, not this
     // file. The step starts only once the service has durably recorded the launch as
     // confirmed (below), and the store never relaunches a confirmed attempt.
     files::write_json(dir, files::SUPERVISOR, &me, false)?;
-    let (events_tx, events) = mpsc::channel();
-    listen_for_stop_signals(events_tx.clone())?;
-    if !wait_for_go() {
-        files::write_atomic(dir, files::ABORTED, b"", false)?;
-        std::fs::remove_file(dir.join(files::SUPERVISOR))?;
-        return Ok(None);
-    }
-    if let Some(request) = files::read_json::<KillRequest>(dir, files::KILL)? {
-        return Ok(Some(never_ran_verdict(
-            stop_outcome(request.reason),
-            "stopped before it started",
-            false,
-        )));
+    match wait_for_go(dir, &events_tx, &events)? {
+        Handshake::Go => {}
+        Handshake::Stop(reason) => {
+            return Ok(Some(never_ran_verdict(
+                stop_outcome(reason),
+                "stopped before it started",
+                false,
+            )));
+        }
+        Handshake::ServiceGone => {
+            files::write_atomic(dir, files::ABORTED, b"", false)?;
+            std::fs::remove_file(dir.join(files::SUPERVISOR))?;
+            return Ok(None);
+        }
     }
 
     if let Some(workdir) = &spec.launch.workdir
@@ -140,7 +153,12 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
             let _ = events_tx.send(Event::Exited(status));
         }
     });
-    let (status, stopped_for) = wait_for_end(dir, spec, pid, &events)?;
+    let ended = wait_for_end(dir, spec, pid, &events);
+    if ended.is_err() {
+        // Whatever went wrong, nothing of this attempt may outlive its supervisor.
+        signal_group(pid, Signal::KILL);
+    }
+    let (status, stopped_for) = ended?;
     // Leftovers of the step (its background children) die with it: a retry must never
     // overlap anything of this attempt.
     signal_group(pid, Signal::KILL);
@@ -150,10 +168,42 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
 /// The launch handshake: the service writes one byte to our stdin once its store holds
 /// the launch as confirmed. End of file (the service died or stopped first) means the
 /// launch was never recorded, so the step must not start.
-fn wait_for_go() -> bool {
-    use std::io::Read;
-    let mut byte = [0u8; 1];
-    matches!(std::io::stdin().read(&mut byte), Ok(1) if byte[0] == GO)
+fn wait_for_go(
+    dir: &Path,
+    events_tx: &mpsc::Sender<Event>,
+    events: &mpsc::Receiver<Event>,
+) -> io::Result<Handshake> {
+    let answer = events_tx.clone();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut byte = [0u8; 1];
+        let go = matches!(std::io::stdin().read(&mut byte), Ok(1) if byte[0] == GO);
+        let _ = answer.send(Event::Go(go));
+    });
+    loop {
+        match events.recv() {
+            Ok(Event::Go(true)) => break,
+            Ok(Event::Go(false)) | Err(_) => return Ok(Handshake::ServiceGone),
+            // A stop request while waiting: the step never starts.
+            Ok(Event::Signalled) => {
+                if let Some(request) = files::read_json::<KillRequest>(dir, files::KILL)? {
+                    return Ok(Handshake::Stop(request.reason));
+                }
+            }
+            Ok(Event::Exited(_)) => {}
+        }
+    }
+    // A stop written just before the go byte.
+    match files::read_json::<KillRequest>(dir, files::KILL)? {
+        Some(request) => Ok(Handshake::Stop(request.reason)),
+        None => Ok(Handshake::Go),
+    }
+}
+
+enum Handshake {
+    Go,
+    Stop(KillReason),
+    ServiceGone,
 }
 
 /// The byte the service sends when the launch is durable.
@@ -202,6 +252,7 @@ fn wait_for_end(
         let left = deadline.saturating_duration_since(Instant::now());
         match events.recv_timeout(left) {
             Ok(Event::Exited(status)) => return Ok((status, None)),
+            Ok(Event::Go(_)) => {}
             Ok(Event::Signalled) => {
                 // The service asks by writing kill.json first; a bare signal (a stray
                 // `kill`, a terminal hang-up) is not a stop request.
@@ -233,7 +284,7 @@ fn stop(pid: i32, grace: Duration, events: &mpsc::Receiver<Event>) -> io::Result
         };
         match events.recv_timeout(wait) {
             Ok(Event::Exited(status)) => return Ok(status),
-            Ok(Event::Signalled) => {}
+            Ok(Event::Signalled | Event::Go(_)) => {}
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 signal_group(pid, Signal::KILL);
                 killed = true;
