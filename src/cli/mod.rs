@@ -2,6 +2,7 @@
 //! talk to a running service over HTTP.
 
 mod client;
+mod explain;
 mod progress;
 mod serve;
 
@@ -120,6 +121,20 @@ enum Command {
     Validate { file: PathBuf },
     /// Print the pipeline format's JSON Schema.
     Schema,
+    /// Judge a Pod (`kubectl get pod NAME -o json` or `-o yaml`; `-` reads stdin) exactly
+    /// as the Kubernetes executor would. Exits 2 when the input is not a Pod.
+    ExplainPod {
+        file: PathBuf,
+        /// Judge as of this time (RFC 3339); default: now.
+        #[arg(long)]
+        now: Option<String>,
+        /// The step's container (default: the Pod's first container).
+        #[arg(long)]
+        container: Option<String>,
+        /// Output format.
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
     /// Submit a pipeline to a running service; prints the run id.
     Submit {
         file: PathBuf,
@@ -217,6 +232,17 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             engine,
         } => run(&file, &state_dir, engine.settings()),
         Command::Validate { file } => validate(&file),
+        Command::ExplainPod {
+            file,
+            now,
+            container,
+            output,
+        } => explain::run(
+            &file,
+            now.as_deref(),
+            container.as_deref(),
+            matches!(output, Output::Json),
+        ),
         Command::Schema => {
             println!(
                 "{}",

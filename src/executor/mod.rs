@@ -3,6 +3,7 @@
 //! everything else sees a [`Verdict`] with its failure class.
 
 pub mod fake;
+pub mod kubernetes;
 pub mod local;
 
 use std::future::Future;
