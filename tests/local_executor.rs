@@ -11,7 +11,7 @@ use scarab::engine::{Fence, Outcome, RunId};
 use scarab::executor::local::LocalExecutor;
 use scarab::executor::local::files::{self, Spec};
 use scarab::executor::{Adoption, Executor, Report};
-use scarab::store::records::LaunchRecord;
+use scarab::store::records::{LaunchAction, LaunchRecord};
 use tokio::sync::mpsc;
 
 fn order(fence: u64, out: &Path) -> LaunchRecord {
@@ -21,13 +21,15 @@ fn order(fence: u64, out: &Path) -> LaunchRecord {
         step_name: "s".into(),
         attempt: 1,
         fence: Fence(fence),
-        argv: vec![
-            "sh".into(),
-            "-c".into(),
-            format!("echo $SCARAB_FENCE >> {}", out.display()),
-        ],
-        env: vec![],
-        workdir: None,
+        action: LaunchAction::Local {
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                format!("echo $SCARAB_FENCE >> {}", out.display()),
+            ],
+            env: vec![],
+            workdir: None,
+        },
         timeout_ms: 60_000,
     }
 }

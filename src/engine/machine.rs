@@ -11,7 +11,7 @@ use super::{
     Effects, EngineSettings, Event, FenceCounter, Input, Intent, LaunchOrder, Outcome, RunId,
     Timer, Timestamp, Verdict,
 };
-use crate::pipeline::{Pipeline, StepAction};
+use crate::pipeline::Pipeline;
 
 /// An input the engine refuses, with nothing changed. The API turns these into 4xx.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -359,14 +359,13 @@ impl Engine {
             kill: None,
         });
         let index = progress.attempts.len() - 1;
-        let StepAction::Local(command) = &spec.action;
         effects.intents.push(Intent::Launch(LaunchOrder {
             run: run.header.id,
             step,
             step_name: spec.name.clone(),
             attempt: number,
             fence,
-            command: command.clone(),
+            action: spec.action.clone(),
             timeout: spec.timeout.unwrap_or(self.settings.default_step_timeout),
         }));
         effects.attempt_changed(step, index);

@@ -26,7 +26,7 @@ pub use state::{
     StepState,
 };
 
-use crate::pipeline::LocalCommand;
+use crate::pipeline::StepAction;
 
 /// Settings the engine decides with (the global part of PRODUCT.md §4–§5).
 #[derive(Clone, Debug, PartialEq)]
@@ -89,7 +89,7 @@ pub struct LaunchOrder {
     pub step_name: String,
     pub attempt: u32,
     pub fence: Fence,
-    pub command: LocalCommand,
+    pub action: StepAction,
     pub timeout: Duration,
 }
 

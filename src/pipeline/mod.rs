@@ -35,6 +35,37 @@ pub struct Step {
 #[derive(Clone, Debug, PartialEq)]
 pub enum StepAction {
     Local(LocalCommand),
+    Kubernetes(PodTemplate),
+}
+
+impl StepAction {
+    pub fn executor_name(&self) -> &'static str {
+        match self {
+            StepAction::Local(_) => "local",
+            StepAction::Kubernetes(_) => "kubernetes",
+        }
+    }
+}
+
+/// A step run as a Pod: what its one container runs and where.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodTemplate {
+    pub image: String,
+    /// The container's entrypoint; empty keeps the image's own.
+    pub command: Vec<String>,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub workdir: Option<String>,
+    pub resources: Resources,
+    pub service_account: Option<String>,
+    pub node_selector: Vec<(String, String)>,
+}
+
+/// Container resource requests and limits, as Kubernetes quantities (`500m`, `1Gi`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Resources {
+    pub requests: Vec<(String, String)>,
+    pub limits: Vec<(String, String)>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -1438,6 +1438,7 @@ steps:
     fn command(step: &Step) -> &LocalCommand {
         match &step.action {
             StepAction::Local(command) => command,
+            StepAction::Kubernetes(_) => panic!("expected a local step"),
         }
     }
 

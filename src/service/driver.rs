@@ -19,10 +19,10 @@ use crate::engine::{
 };
 use crate::executor::{Adoption, Executor, Report};
 use crate::limits;
-use crate::pipeline::{self, Format, Pipeline, StepAction};
+use crate::pipeline::{self, Format, Pipeline};
 use crate::store::records::{
-    LaunchRecord, OutboxMessage, OutboxPayload, PipelineSource, SourceFormat, StoredRun, TimerKey,
-    TimerKind,
+    ExecutorKind, LaunchAction, LaunchRecord, OutboxMessage, OutboxPayload, PipelineSource,
+    SourceFormat, StoredRun, TimerKey, TimerKind,
 };
 use crate::store::{Store, StoreError, WriteTx};
 
@@ -368,12 +368,26 @@ impl<E: Executor> Driver<E> {
         let Some(stored) = self.store.read()?.run(run)? else {
             return Ok(());
         };
-        for attempt in stored.steps.iter().flat_map(|s| &s.attempts) {
-            let payload = OutboxPayload::CleanUp {
-                run,
-                fence: attempt.fence,
-            };
-            self.enqueue(tx, payload, now, batch)?;
+        let kinds: Vec<ExecutorKind> = match parse_stored(&stored.source) {
+            Ok(pipeline) => pipeline
+                .steps
+                .iter()
+                .map(|s| ExecutorKind::of(&s.action))
+                .collect(),
+            Err(error) => {
+                tracing::warn!(%run, %error, "cleaning up a run whose pipeline no longer validates: assuming local steps");
+                vec![ExecutorKind::Local; stored.steps.len()]
+            }
+        };
+        for (progress, executor) in stored.steps.iter().zip(kinds) {
+            for attempt in &progress.attempts {
+                let payload = OutboxPayload::CleanUp {
+                    run,
+                    fence: attempt.fence,
+                    executor,
+                };
+                self.enqueue(tx, payload, now, batch)?;
+            }
         }
         Ok(())
     }
@@ -595,17 +609,14 @@ impl<E: Executor> Driver<E> {
         for intent in effects.intents {
             match intent {
                 Intent::Launch(order) => {
-                    let StepAction::Local(_) = &run.pipeline.steps[order.step].action;
                     let launch = LaunchRecord {
                         run: order.run,
                         step: step_key(order.step)?,
                         step_name: order.step_name,
                         attempt: order.attempt,
                         fence: order.fence,
-                        argv: order.command.argv,
-                        env: order.command.env,
-                        workdir: order.command.workdir,
                         timeout_ms: u64::try_from(order.timeout.as_millis()).unwrap_or(u64::MAX),
+                        action: LaunchAction::from(&order.action),
                     };
                     self.enqueue(tx, OutboxPayload::Launch(launch), now, batch)?;
                 }
@@ -619,6 +630,7 @@ impl<E: Executor> Driver<E> {
                         step: step_key(step)?,
                         fence,
                         reason,
+                        executor: ExecutorKind::of(&run.pipeline.steps[step].action),
                     };
                     self.enqueue(tx, payload, now, batch)?;
                 }

@@ -27,10 +27,81 @@ pub struct LaunchRecord {
     pub step_name: String,
     pub attempt: u32,
     pub fence: Fence,
-    pub argv: Vec<String>,
+    pub timeout_ms: u64,
+    pub action: LaunchAction,
+}
+
+/// What runs, per executor.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LaunchAction {
+    Local {
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        workdir: Option<String>,
+    },
+    Kubernetes(PodRecord),
+}
+
+impl LaunchAction {
+    pub fn executor(&self) -> ExecutorKind {
+        match self {
+            LaunchAction::Local { .. } => ExecutorKind::Local,
+            LaunchAction::Kubernetes(_) => ExecutorKind::Kubernetes,
+        }
+    }
+}
+
+/// A Pod step as launched (see `pipeline::PodTemplate`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRecord {
+    pub image: String,
+    pub command: Vec<String>,
+    pub args: Vec<String>,
     pub env: Vec<(String, String)>,
     pub workdir: Option<String>,
-    pub timeout_ms: u64,
+    pub requests: Vec<(String, String)>,
+    pub limits: Vec<(String, String)>,
+    pub service_account: Option<String>,
+    pub node_selector: Vec<(String, String)>,
+}
+
+/// Which executor owns an attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ExecutorKind {
+    Local,
+    Kubernetes,
+}
+
+impl ExecutorKind {
+    pub fn of(action: &crate::pipeline::StepAction) -> ExecutorKind {
+        match action {
+            crate::pipeline::StepAction::Local(_) => ExecutorKind::Local,
+            crate::pipeline::StepAction::Kubernetes(_) => ExecutorKind::Kubernetes,
+        }
+    }
+}
+
+impl From<&crate::pipeline::StepAction> for LaunchAction {
+    fn from(action: &crate::pipeline::StepAction) -> Self {
+        match action {
+            crate::pipeline::StepAction::Local(command) => LaunchAction::Local {
+                argv: command.argv.clone(),
+                env: command.env.clone(),
+                workdir: command.workdir.clone(),
+            },
+            crate::pipeline::StepAction::Kubernetes(pod) => LaunchAction::Kubernetes(PodRecord {
+                image: pod.image.clone(),
+                command: pod.command.clone(),
+                args: pod.args.clone(),
+                env: pod.env.clone(),
+                workdir: pod.workdir.clone(),
+                requests: pod.resources.requests.clone(),
+                limits: pod.resources.limits.clone(),
+                service_account: pod.service_account.clone(),
+                node_selector: pod.node_selector.clone(),
+            }),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,11 +112,13 @@ pub enum OutboxPayload {
         step: u16,
         fence: Fence,
         reason: KillReason,
+        executor: ExecutorKind,
     },
     /// Remove a finished attempt's traces (its directory and logs) after the retention.
     CleanUp {
         run: RunId,
         fence: Fence,
+        executor: ExecutorKind,
     },
 }
 

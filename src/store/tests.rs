@@ -150,6 +150,7 @@ fn outbox_messages_are_due_in_order_and_rescheduling_moves_them() {
             step: 0,
             fence: Fence(3),
             reason: KillReason::Cancel,
+            executor: ExecutorKind::Local,
         },
         created_at: Timestamp(0),
         next_at: Timestamp(next_at),

@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Fence, KillReason};
-use crate::store::records::LaunchRecord;
+use crate::store::records::{LaunchAction, LaunchRecord};
 
 pub const SPEC: &str = "spec.json";
 pub const LOCK: &str = "lock";
@@ -32,6 +32,27 @@ pub const STDERR: &str = "stderr.log";
 pub struct Spec {
     pub launch: LaunchRecord,
     pub kill_grace_ms: u64,
+}
+
+/// The local command of a spec.
+pub struct LocalCommand<'a> {
+    pub argv: &'a [String],
+    pub env: &'a [(String, String)],
+    pub workdir: Option<&'a str>,
+}
+
+impl Spec {
+    /// `None` for a spec of another executor's step (never written by this one).
+    pub fn local(&self) -> Option<LocalCommand<'_>> {
+        match &self.launch.action {
+            LaunchAction::Local { argv, env, workdir } => Some(LocalCommand {
+                argv,
+                env,
+                workdir: workdir.as_deref(),
+            }),
+            LaunchAction::Kubernetes(_) => None,
+        }
+    }
 }
 
 /// A process identity that survives PID reuse: the pid plus its start time in clock ticks

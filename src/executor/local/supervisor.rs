@@ -122,7 +122,15 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
         }
     }
 
-    if let Some(workdir) = &spec.launch.workdir
+    let Some(local) = spec.local().filter(|l| !l.argv.is_empty()) else {
+        let reason = "not a local command: this attempt belongs to another executor";
+        return Ok(Some(never_ran_verdict(
+            Outcome::Failed(FailureClass::Config),
+            reason,
+            false,
+        )));
+    };
+    if let Some(workdir) = local.workdir
         && !Path::new(workdir).is_dir()
     {
         let reason = format!("working directory {workdir:?} does not exist or is not a directory");
@@ -133,10 +141,10 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
         )));
     }
     let started_at = now();
-    let mut child = match command(dir, spec)?.spawn() {
+    let mut child = match command(dir, spec, &local)?.spawn() {
         Ok(child) => child,
         Err(error) => {
-            let (class, reason) = classify_spawn_error(&error, &spec.launch.argv[0]);
+            let (class, reason) = classify_spawn_error(&error, &local.argv[0]);
             return Ok(Some(never_ran_verdict(
                 Outcome::Failed(class),
                 &reason,
@@ -209,12 +217,12 @@ enum Handshake {
 /// The byte the service sends when the launch is durable.
 pub const GO: u8 = b'g';
 
-fn command(dir: &Path, spec: &Spec) -> io::Result<Command> {
+fn command(dir: &Path, spec: &Spec, local: &files::LocalCommand) -> io::Result<Command> {
     let stdout = append(dir, files::STDOUT)?;
     let stderr = append(dir, files::STDERR)?;
-    let mut command = Command::new(&spec.launch.argv[0]);
+    let mut command = Command::new(&local.argv[0]);
     command
-        .args(&spec.launch.argv[1..])
+        .args(&local.argv[1..])
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)
@@ -222,10 +230,10 @@ fn command(dir: &Path, spec: &Spec) -> io::Result<Command> {
         .env("SCARAB_STEP", &spec.launch.step_name)
         .env("SCARAB_ATTEMPT", spec.launch.attempt.to_string())
         .env("SCARAB_FENCE", spec.launch.fence.0.to_string())
-        .envs(spec.launch.env.iter().map(|(k, v)| (k, v)))
+        .envs(local.env.iter().map(|(k, v)| (k, v)))
         // Its own process group, so the whole step can be stopped at once.
         .process_group(0);
-    if let Some(workdir) = &spec.launch.workdir {
+    if let Some(workdir) = local.workdir {
         command.current_dir(workdir);
     }
     Ok(command)
