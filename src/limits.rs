@@ -23,6 +23,10 @@ pub const ENV_NAME_MAX_BYTES: usize = 128;
 pub const ENV_VALUE_MAX_BYTES: usize = 4096;
 pub const ENV_TOTAL_MAX_BYTES: usize = 64 * 1024;
 pub const WORKDIR_MAX_BYTES: usize = 4096;
+/// A Kubernetes step's image reference.
+pub const IMAGE_MAX_BYTES: usize = 512;
+/// Entries of a Kubernetes step's `node_selector`, `resources.requests` or `.limits`.
+pub const POD_MAP_MAX_ENTRIES: usize = 32;
 pub const STEP_TIMEOUT_MIN: Duration = Duration::from_secs(1);
 pub const STEP_TIMEOUT_MAX: Duration = Duration::from_secs(7 * 24 * 3600);
 /// `retry.max`: retries, so at most this plus one attempts by the author's policy.

@@ -24,12 +24,16 @@ pub struct PipelineDoc {
     /// The pipeline's name: 1 to 100 characters, no control characters.
     #[schemars(length(min = 1, max = limits::PIPELINE_NAME_MAX_CHARS))]
     pub name: String,
+    /// Defaults for every step with `executor: kubernetes`; a step's own field wins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "KubernetesDoc")]
+    pub kubernetes: Option<KubernetesDoc>,
     /// The steps, 1 to 100 of them. A step runs once every step it `needs` has succeeded.
     #[schemars(length(min = 1, max = limits::STEPS_MAX))]
     pub steps: Vec<StepDoc>,
 }
 
-/// One step: a local command run without a shell.
+/// One step: a local command run without a shell, or (with `executor: kubernetes`) a Pod.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StepDoc {
@@ -39,11 +43,42 @@ pub struct StepDoc {
         regex(pattern = r"^[A-Za-z0-9_-]+$")
     )]
     pub name: String,
-    /// The command as an argv list; `run[0]` is the program and must not be empty. Never
-    /// interpreted by a shell. At most 256 items, each at most 4096 bytes, 64 KiB in total;
-    /// no NUL bytes.
-    #[schemars(length(min = 1, max = limits::ARGV_MAX_ITEMS))]
-    pub run: Vec<String>,
+    /// Where the step runs: `local` (the default, a process under a supervisor) or
+    /// `kubernetes` (a Pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "ExecutorDoc")]
+    pub executor: Option<ExecutorDoc>,
+    /// Local steps (required for them): the command as an argv list; `run[0]` is the
+    /// program and must not be empty. Never interpreted by a shell. At most 256 items, each
+    /// at most 4096 bytes, 64 KiB in total; no NUL bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Vec<String>", length(min = 1, max = limits::ARGV_MAX_ITEMS))]
+    pub run: Option<Vec<String>>,
+    /// Kubernetes steps: the container image (required unless `kubernetes.image` sets a
+    /// default), at most 512 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String", length(min = 1, max = limits::IMAGE_MAX_BYTES))]
+    pub image: Option<String>,
+    /// Kubernetes steps: the container's entrypoint (default: the image's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Vec<String>", length(min = 1, max = limits::ARGV_MAX_ITEMS))]
+    pub command: Option<Vec<String>>,
+    /// Kubernetes steps: the entrypoint's arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Vec<String>", length(max = limits::ARGV_MAX_ITEMS))]
+    pub args: Option<Vec<String>>,
+    /// Kubernetes steps: container resource requests and limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "ResourcesDoc")]
+    pub resources: Option<ResourcesDoc>,
+    /// Kubernetes steps: the Pod's service account (a DNS-1123 subdomain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub service_account: Option<String>,
+    /// Kubernetes steps: the Pod's node selector (label key → value), at most 32 entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "BTreeMap<String, String>")]
+    pub node_selector: Option<BTreeMap<String, String>>,
     /// Names of the steps that must succeed before this one starts. Each must name another
     /// step of this pipeline, at most once; the graph must have no cycles.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -129,6 +164,50 @@ pub struct BackoffDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "String")]
     pub max: Option<String>,
+}
+
+/// The executor of a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorDoc {
+    /// A local process under a detached supervisor.
+    Local,
+    /// A Pod per attempt.
+    Kubernetes,
+}
+
+/// Defaults for Kubernetes steps.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesDoc {
+    /// Default container image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String", length(min = 1, max = limits::IMAGE_MAX_BYTES))]
+    pub image: Option<String>,
+    /// Default resource requests and limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "ResourcesDoc")]
+    pub resources: Option<ResourcesDoc>,
+    /// Default service account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub service_account: Option<String>,
+    /// Default node selector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "BTreeMap<String, String>")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+}
+
+/// Container resources as Kubernetes quantities (`cpu: 500m`, `memory: 1Gi`).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResourcesDoc {
+    /// What the scheduler reserves.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub requests: BTreeMap<String, String>,
+    /// What the container may use at most.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, String>,
 }
 
 /// The JSON Schema (draft 2020-12) of the pipeline file, generated from [`PipelineDoc`].

@@ -35,7 +35,7 @@ pub struct Step {
 #[derive(Clone, Debug, PartialEq)]
 pub enum StepAction {
     Local(LocalCommand),
-    Kubernetes(PodTemplate),
+    Kubernetes(Box<PodTemplate>),
 }
 
 impl StepAction {

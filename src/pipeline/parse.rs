@@ -15,7 +15,9 @@ use std::time::Duration;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::{Location, MessageFormatter, Spanned, UserMessageFormatter};
 
-use super::{Backoff, LocalCommand, Pipeline, RetryOn, RetryPolicy, Step, StepAction};
+use super::{
+    Backoff, LocalCommand, Pipeline, PodTemplate, Resources, RetryOn, RetryPolicy, Step, StepAction,
+};
 use crate::limits;
 
 /// The syntax of a pipeline document.
@@ -89,8 +91,36 @@ fn pipeline_warnings(pipeline: &Pipeline) -> Vec<String> {
 
 // --- The field names the walker accepts (kept equal to `doc` by tests) ---------------
 
-const PIPELINE_FIELDS: &[&str] = &["name", "steps"];
-const STEP_FIELDS: &[&str] = &["name", "run", "needs", "timeout", "env", "workdir", "retry"];
+const PIPELINE_FIELDS: &[&str] = &["name", "kubernetes", "steps"];
+const STEP_FIELDS: &[&str] = &[
+    "name",
+    "executor",
+    "run",
+    "needs",
+    "timeout",
+    "env",
+    "workdir",
+    "retry",
+    "image",
+    "command",
+    "args",
+    "resources",
+    "service_account",
+    "node_selector",
+];
+/// Step fields that only a Kubernetes step may have.
+const POD_FIELDS: &[&str] = &[
+    "image",
+    "command",
+    "args",
+    "resources",
+    "service_account",
+    "node_selector",
+];
+/// Pipeline-level defaults for Kubernetes steps.
+const KUBERNETES_FIELDS: &[&str] = &["image", "resources", "service_account", "node_selector"];
+const RESOURCES_FIELDS: &[&str] = &["requests", "limits"];
+const EXECUTORS: &[&str] = &["local", "kubernetes"];
 const RETRY_FIELDS: &[&str] = &["on", "max", "backoff"];
 const BACKOFF_FIELDS: &[&str] = &["initial", "factor", "max"];
 
@@ -704,9 +734,15 @@ fn check_pipeline(root: &Node, errors: &mut Errors) -> Option<Pipeline> {
     let name = fields
         .required("name", errors)
         .and_then(|field| check_pipeline_name(&field, errors));
+    // Defaults that do not validate are reported; steps then check against none.
+    let defaults = optional(fields.get("kubernetes"), |field| {
+        check_pod_defaults(field, errors)
+    })
+    .flatten()
+    .unwrap_or_default();
     let steps = fields
         .required("steps", errors)
-        .and_then(|field| check_steps(&field, errors));
+        .and_then(|field| check_steps(&field, &defaults, errors));
     Some(Pipeline {
         name: name?,
         steps: steps?,
@@ -746,10 +782,13 @@ struct StepCheck<'a> {
     need_names: Vec<(Field<'a>, &'a str)>,
 }
 
-fn check_steps(field: &Field, errors: &mut Errors) -> Option<Vec<Step>> {
+fn check_steps(field: &Field, defaults: &PodDefaults, errors: &mut Errors) -> Option<Vec<Step>> {
     let items = as_seq(field, "steps", errors)?;
     let count_ok = check_step_count(field, items.len(), errors);
-    let checks: Vec<StepCheck> = items.iter().map(|item| check_step(item, errors)).collect();
+    let checks: Vec<StepCheck> = items
+        .iter()
+        .map(|item| check_step(item, defaults, errors))
+        .collect();
     // The cross-step checks are quadratic (suggestions, cycles): they run only on a
     // step count within limits. Beyond it, that one error is what matters.
     let needs = if count_ok {
@@ -782,7 +821,7 @@ fn check_step_count(field: &Field, count: usize, errors: &mut Errors) -> bool {
     false
 }
 
-fn check_step<'a>(field: &Field<'a>, errors: &mut Errors) -> StepCheck<'a> {
+fn check_step<'a>(field: &Field<'a>, defaults: &PodDefaults, errors: &mut Errors) -> StepCheck<'a> {
     let Some(fields) = as_fields(field, STEP_FIELDS, errors) else {
         return StepCheck {
             step: None,
@@ -798,7 +837,7 @@ fn check_step<'a>(field: &Field<'a>, errors: &mut Errors) -> StepCheck<'a> {
         .as_ref()
         .map(|needs| check_need_names(needs, errors))
         .unwrap_or_default();
-    let step = check_step_body(&fields, valid_name, errors);
+    let step = check_step_body(&fields, valid_name, defaults, errors);
     StepCheck {
         step,
         name: name.and_then(|field| field.text().map(|text| (field, text))),
@@ -808,10 +847,20 @@ fn check_step<'a>(field: &Field<'a>, errors: &mut Errors) -> StepCheck<'a> {
 }
 
 /// Everything of a step but its needs.
-fn check_step_body(fields: &Fields, name: Option<String>, errors: &mut Errors) -> Option<Step> {
-    let argv = fields
-        .required("run", errors)
-        .and_then(|field| check_argv(&field, errors));
+fn check_step_body(
+    fields: &Fields,
+    name: Option<String>,
+    defaults: &PodDefaults,
+    errors: &mut Errors,
+) -> Option<Step> {
+    let executor = optional(fields.get("executor"), |field| {
+        check_executor(field, errors)
+    });
+    let action = match executor {
+        // An invalid executor: its error stands; the rest is still checked as local.
+        None | Some(None) | Some(Some(Executor::Local)) => check_local(fields, errors),
+        Some(Some(Executor::Kubernetes)) => check_pod(fields, defaults, errors),
+    };
     let timeout = optional(fields.get("timeout"), |field| {
         check_duration(
             field,
@@ -820,21 +869,292 @@ fn check_step_body(fields: &Fields, name: Option<String>, errors: &mut Errors) -
             errors,
         )
     });
-    let env = optional(fields.get("env"), |field| check_env(field, errors));
-    let workdir = optional(fields.get("workdir"), |field| check_workdir(field, errors));
     let retry = optional(fields.get("retry"), |field| check_retry(field, errors));
-    let command = LocalCommand {
-        argv: argv?,
-        env: env?.unwrap_or_default(),
-        workdir: workdir?,
-    };
     Some(Step {
         name: name?,
         needs: Vec::new(),
         timeout: timeout?,
         retry: retry?,
-        action: StepAction::Local(command),
+        action: action?,
     })
+}
+
+enum Executor {
+    Local,
+    Kubernetes,
+}
+
+fn check_executor(field: &Field, errors: &mut Errors) -> Option<Executor> {
+    match as_str(field, errors)? {
+        "local" => Some(Executor::Local),
+        "kubernetes" => Some(Executor::Kubernetes),
+        other => {
+            let known = EXECUTORS.join(", ");
+            errors.at(field, format!("unknown executor {other:?}; one of {known}"));
+            None
+        }
+    }
+}
+
+/// A local step: `run` is its argv; the Pod fields are not for it.
+fn check_local(fields: &Fields, errors: &mut Errors) -> Option<StepAction> {
+    for key in POD_FIELDS {
+        if let Some(field) = fields.get(key) {
+            errors.at(&field, "only for steps with executor: kubernetes");
+        }
+    }
+    let argv = fields
+        .required("run", errors)
+        .and_then(|field| check_argv(&field, errors));
+    let env = optional(fields.get("env"), |field| check_env(field, errors));
+    let workdir = optional(fields.get("workdir"), |field| check_workdir(field, errors));
+    Some(StepAction::Local(LocalCommand {
+        argv: argv?,
+        env: env?.unwrap_or_default(),
+        workdir: workdir?,
+    }))
+}
+
+/// Pipeline-level `kubernetes:` defaults; each field a step may override.
+#[derive(Default)]
+struct PodDefaults {
+    image: Option<String>,
+    resources: Option<Resources>,
+    service_account: Option<String>,
+    node_selector: Option<Vec<(String, String)>>,
+}
+
+fn check_pod_defaults(field: &Field, errors: &mut Errors) -> Option<PodDefaults> {
+    let fields = as_fields(field, KUBERNETES_FIELDS, errors)?;
+    let image = optional(fields.get("image"), |f| check_image(f, errors));
+    let resources = optional(fields.get("resources"), |f| check_resources(f, errors));
+    let service_account = optional(fields.get("service_account"), |f| {
+        check_dns_subdomain(f, errors)
+    });
+    let node_selector = optional(fields.get("node_selector"), |f| check_label_map(f, errors));
+    Some(PodDefaults {
+        image: image?,
+        resources: resources?,
+        service_account: service_account?,
+        node_selector: node_selector?,
+    })
+}
+
+/// A Kubernetes step: one container from `image`, `command` and `args` (never `run`).
+fn check_pod(fields: &Fields, defaults: &PodDefaults, errors: &mut Errors) -> Option<StepAction> {
+    if let Some(field) = fields.get("run") {
+        errors.at(
+            &field,
+            "a kubernetes step uses `command` and `args`, not `run`",
+        );
+    }
+    let image = match fields.get("image") {
+        Some(field) => check_image(&field, errors),
+        None if defaults.image.is_some() => defaults.image.clone(),
+        None => fields.required("image", errors).and(None),
+    };
+    let command = optional(fields.get("command"), |f| check_argv(f, errors));
+    let args = optional(fields.get("args"), |f| check_args(f, errors));
+    let env = optional(fields.get("env"), |f| check_env(f, errors));
+    let workdir = optional(fields.get("workdir"), |f| check_workdir(f, errors));
+    let resources = optional(fields.get("resources"), |f| check_resources(f, errors));
+    let service_account = optional(fields.get("service_account"), |f| {
+        check_dns_subdomain(f, errors)
+    });
+    let node_selector = optional(fields.get("node_selector"), |f| check_label_map(f, errors));
+    Some(StepAction::Kubernetes(Box::new(PodTemplate {
+        image: image?,
+        command: command?.unwrap_or_default(),
+        args: args?.unwrap_or_default(),
+        env: env?.unwrap_or_default(),
+        workdir: workdir?,
+        resources: resources?
+            .or_else(|| defaults.resources.clone())
+            .unwrap_or_default(),
+        service_account: service_account?.or_else(|| defaults.service_account.clone()),
+        node_selector: node_selector?
+            .or_else(|| defaults.node_selector.clone())
+            .unwrap_or_default(),
+    })))
+}
+
+fn check_image(field: &Field, errors: &mut Errors) -> Option<String> {
+    let image = as_str(field, errors)?;
+    let problem = if image.is_empty() {
+        "must not be empty".to_owned()
+    } else if image.len() > limits::IMAGE_MAX_BYTES {
+        format!(
+            "must be at most {} bytes (found {})",
+            limits::IMAGE_MAX_BYTES,
+            image.len()
+        )
+    } else if image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        "must not contain whitespace or control characters".to_owned()
+    } else {
+        return Some(image.to_owned());
+    };
+    errors.at(field, problem);
+    None
+}
+
+/// Container arguments: like `run`, but may be empty.
+fn check_args(field: &Field, errors: &mut Errors) -> Option<Vec<String>> {
+    let items = as_seq(field, "strings", errors)?;
+    let mut valid = items.len() <= limits::ARGV_MAX_ITEMS;
+    if !valid {
+        let found = items.len();
+        errors.at(
+            field,
+            format!(
+                "must have at most {} items (found {found})",
+                limits::ARGV_MAX_ITEMS
+            ),
+        );
+    }
+    let mut args = Vec::with_capacity(items.len());
+    for item in &items {
+        match check_argv_item(item, errors) {
+            Some(arg) => args.push(arg),
+            None => valid = false,
+        }
+    }
+    valid.then_some(args)
+}
+
+fn check_resources(field: &Field, errors: &mut Errors) -> Option<Resources> {
+    let fields = as_fields(field, RESOURCES_FIELDS, errors)?;
+    let requests = optional(fields.get("requests"), |f| check_quantities(f, errors));
+    let limits = optional(fields.get("limits"), |f| check_quantities(f, errors));
+    Some(Resources {
+        requests: requests?.unwrap_or_default(),
+        limits: limits?.unwrap_or_default(),
+    })
+}
+
+/// `{cpu: 500m, memory: 1Gi}`: resource names and quantities as Kubernetes spells them;
+/// the API server has the final word on a quantity's syntax.
+fn check_quantities(field: &Field, errors: &mut Errors) -> Option<Vec<(String, String)>> {
+    let entries = as_map(field, errors)?;
+    let mut valid = entries.len() <= limits::POD_MAP_MAX_ENTRIES;
+    if !valid {
+        errors.at(
+            field,
+            format!("must have at most {} entries", limits::POD_MAP_MAX_ENTRIES),
+        );
+    }
+    let mut quantities = Vec::new();
+    for entry in entries {
+        let value = field.key(&entry.key.name, &entry.value);
+        let name_ok = is_qualified_name(&entry.key.name);
+        if !name_ok {
+            errors.push(
+                value.path.clone(),
+                entry.key.line,
+                "not a valid resource name",
+            );
+        }
+        let quantity = as_str(&value, errors).filter(|q| {
+            let ok = !q.is_empty()
+                && q.len() <= 64
+                && q.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '+' || c == '-');
+            if !ok {
+                errors.at(
+                    &value,
+                    "must be a quantity such as \"500m\", \"2\" or \"1Gi\"",
+                );
+            }
+            ok
+        });
+        match (name_ok, quantity) {
+            (true, Some(q)) => quantities.push((entry.key.name.clone(), q.to_owned())),
+            _ => valid = false,
+        }
+    }
+    valid.then_some(quantities)
+}
+
+/// `node_selector`: label keys (`[prefix/]name`) and values as Kubernetes allows them.
+fn check_label_map(field: &Field, errors: &mut Errors) -> Option<Vec<(String, String)>> {
+    let entries = as_map(field, errors)?;
+    let mut valid = entries.len() <= limits::POD_MAP_MAX_ENTRIES;
+    if !valid {
+        errors.at(
+            field,
+            format!("must have at most {} entries", limits::POD_MAP_MAX_ENTRIES),
+        );
+    }
+    let mut labels = Vec::new();
+    for entry in entries {
+        let value = field.key(&entry.key.name, &entry.value);
+        let key_ok = is_label_key(&entry.key.name);
+        if !key_ok {
+            errors.push(
+                value.path.clone(),
+                entry.key.line,
+                "not a valid label key ([prefix/]name, name at most 63 characters)",
+            );
+        }
+        let text = as_str(&value, errors).filter(|v| {
+            let ok = is_label_value(v);
+            if !ok {
+                errors.at(&value, "not a valid label value (at most 63 characters of [A-Za-z0-9_.-], alphanumeric at both ends)");
+            }
+            ok
+        });
+        match (key_ok, text) {
+            (true, Some(v)) => labels.push((entry.key.name.clone(), v.to_owned())),
+            _ => valid = false,
+        }
+    }
+    valid.then_some(labels)
+}
+
+fn check_dns_subdomain(field: &Field, errors: &mut Errors) -> Option<String> {
+    let name = as_str(field, errors)?;
+    if is_dns_subdomain(name) {
+        return Some(name.to_owned());
+    }
+    errors.at(field, "must be a DNS-1123 subdomain: at most 253 characters of [a-z0-9.-], alphanumeric at both ends");
+    None
+}
+
+fn is_dns_subdomain(name: &str) -> bool {
+    name.len() <= 253
+        && !name.is_empty()
+        && name.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+}
+
+fn is_label_value(value: &str) -> bool {
+    value.is_empty() || (value.len() <= 63 && is_qualified_name(value))
+}
+
+/// `[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?`, at most 63 characters.
+fn is_qualified_name(name: &str) -> bool {
+    let (prefix, name) = match name.rsplit_once('/') {
+        Some((prefix, name)) if is_dns_subdomain(prefix) => (Some(prefix), name),
+        Some(_) => return false,
+        None => (None, name),
+    };
+    let _ = prefix;
+    let edges = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    name.len() <= 63
+        && edges(name.chars().next())
+        && edges(name.chars().last())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+fn is_label_key(key: &str) -> bool {
+    is_qualified_name(key)
 }
 
 fn check_step_name(field: &Field, errors: &mut Errors) -> Option<String> {
@@ -1567,16 +1887,14 @@ steps:
                 .message
                 .starts_with("unknown field (did you mean \"retry\"?)")
         );
-        assert!(
-            error
-                .message
-                .contains("known fields: name, run, needs, timeout, env, workdir, retry")
-        );
+        assert!(error.message.contains(
+            "known fields: name, executor, run, needs, timeout, env, workdir, retry, image"
+        ));
         assert_error(
             &format!("{}budget: 2h\n", one_step("")),
             "budget",
             5,
-            "known fields: name, steps",
+            "known fields: name, kubernetes, steps",
         );
     }
 
@@ -2364,6 +2682,8 @@ steps:
             (Some("StepDoc"), STEP_FIELDS),
             (Some("RetryDoc"), RETRY_FIELDS),
             (Some("BackoffDoc"), BACKOFF_FIELDS),
+            (Some("KubernetesDoc"), KUBERNETES_FIELDS),
+            (Some("ResourcesDoc"), RESOURCES_FIELDS),
         ] {
             assert_eq!(
                 schema_properties(&schema, definition),
@@ -2433,5 +2753,60 @@ steps:
         let source = r#"{"name": "p", "steps": [{"name": "s", "run": ["x"], "retry": {"on": "step", "max": 1, "bakoff": {}}}]}"#;
         assert!(parse(source, Format::Json).is_err());
         assert!(serde_json::from_str::<PipelineDoc>(source).is_err());
+    }
+
+    // --- Kubernetes steps ---------------------------------------------------------------
+
+    #[test]
+    fn kubernetes_steps_take_pod_fields_and_pipeline_defaults() {
+        let pipeline = parse_yaml(
+            "name: k\nkubernetes:\n  image: alpine:3\n  service_account: builder\n  node_selector: {pool: ci}\nsteps:\n  - name: a\n    executor: kubernetes\n    command: [sh, -c]\n    args: ['echo hi']\n    resources: {requests: {cpu: 500m}, limits: {memory: 1Gi}}\n  - name: b\n    executor: kubernetes\n    image: busybox\n    node_selector: {kubernetes.io/arch: amd64}\n",
+        );
+        let StepAction::Kubernetes(a) = &pipeline.steps[0].action else {
+            panic!("a kubernetes step")
+        };
+        assert_eq!(a.image, "alpine:3");
+        assert_eq!(a.command, vec!["sh", "-c"]);
+        assert_eq!(a.args, vec!["echo hi"]);
+        assert_eq!(
+            a.resources.requests,
+            vec![("cpu".to_string(), "500m".to_string())]
+        );
+        assert_eq!(
+            a.resources.limits,
+            vec![("memory".to_string(), "1Gi".to_string())]
+        );
+        assert_eq!(a.service_account.as_deref(), Some("builder"));
+        assert_eq!(
+            a.node_selector,
+            vec![("pool".to_string(), "ci".to_string())]
+        );
+        let StepAction::Kubernetes(b) = &pipeline.steps[1].action else {
+            panic!("a kubernetes step")
+        };
+        assert_eq!(b.image, "busybox");
+        assert_eq!(
+            b.node_selector,
+            vec![("kubernetes.io/arch".to_string(), "amd64".to_string())]
+        );
+    }
+
+    #[test]
+    fn kubernetes_and_local_fields_do_not_mix() {
+        let errors = parse(
+            "name: k\nsteps:\n  - name: a\n    executor: kubernetes\n    run: [x]\n  - name: b\n    run: [x]\n    image: alpine\n  - name: c\n    executor: docker\n    run: [x]\n  - name: d\n    executor: kubernetes\n    image: alpine\n    service_account: Bad_Name\n    node_selector: {'-bad': x}\n",
+            Format::Yaml,
+        )
+        .expect_err("invalid");
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert!(fields.contains(&"steps[0].image"), "{errors:?}");
+        assert!(fields.contains(&"steps[0].run"), "{errors:?}");
+        assert!(fields.contains(&"steps[1].image"), "{errors:?}");
+        assert!(fields.contains(&"steps[2].executor"), "{errors:?}");
+        assert!(fields.contains(&"steps[3].service_account"), "{errors:?}");
+        assert!(
+            fields.contains(&"steps[3].node_selector.-bad"),
+            "{errors:?}"
+        );
     }
 }

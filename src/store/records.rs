@@ -39,7 +39,7 @@ pub enum LaunchAction {
         env: Vec<(String, String)>,
         workdir: Option<String>,
     },
-    Kubernetes(PodRecord),
+    Kubernetes(Box<PodRecord>),
 }
 
 impl LaunchAction {
@@ -89,17 +89,19 @@ impl From<&crate::pipeline::StepAction> for LaunchAction {
                 env: command.env.clone(),
                 workdir: command.workdir.clone(),
             },
-            crate::pipeline::StepAction::Kubernetes(pod) => LaunchAction::Kubernetes(PodRecord {
-                image: pod.image.clone(),
-                command: pod.command.clone(),
-                args: pod.args.clone(),
-                env: pod.env.clone(),
-                workdir: pod.workdir.clone(),
-                requests: pod.resources.requests.clone(),
-                limits: pod.resources.limits.clone(),
-                service_account: pod.service_account.clone(),
-                node_selector: pod.node_selector.clone(),
-            }),
+            crate::pipeline::StepAction::Kubernetes(pod) => {
+                LaunchAction::Kubernetes(Box::new(PodRecord {
+                    image: pod.image.clone(),
+                    command: pod.command.clone(),
+                    args: pod.args.clone(),
+                    env: pod.env.clone(),
+                    workdir: pod.workdir.clone(),
+                    requests: pod.resources.requests.clone(),
+                    limits: pod.resources.limits.clone(),
+                    service_account: pod.service_account.clone(),
+                    node_selector: pod.node_selector.clone(),
+                }))
+            }
         }
     }
 }

@@ -214,7 +214,8 @@ async fn read_request(
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.clone())
     };
-    let chunked = header("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+    let chunked =
+        header("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
     let body = if chunked {
         read_chunked(sock, buf).await?
     } else {
@@ -318,15 +319,13 @@ fn decode(s: &str, plus_is_space: bool) -> String {
     while i < bytes.len() {
         match bytes[i] {
             b'+' if plus_is_space => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                match (hex_val(bytes[i + 1]), hex_val(bytes[i + 2])) {
-                    (Some(h), Some(l)) => {
-                        out.push(h * 16 + l);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
+            b'%' if i + 2 < bytes.len() => match (hex_val(bytes[i + 1]), hex_val(bytes[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h * 16 + l);
+                    i += 2;
                 }
-            }
+                _ => out.push(b'%'),
+            },
             b => out.push(b),
         }
         i += 1;

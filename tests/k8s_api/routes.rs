@@ -85,7 +85,13 @@ pub fn handle(shared: &Arc<Shared>, req: &Request) -> Response {
             Target::Sub(ns, name, sub) => (*ns, *name, format!("pods/{sub}")),
             Target::Version => ("", "", String::new()),
         };
-        return status_response(status::forbidden(USER, verb(req, &target), &resource, name, ns));
+        return status_response(status::forbidden(
+            USER,
+            verb(req, &target),
+            &resource,
+            name,
+            ns,
+        ));
     }
     let ns_missing = fault == Fault::NamespaceMissing;
     match (req.method.as_str(), target) {
@@ -221,7 +227,7 @@ fn encode_continue(rv: u64, key: &Key) -> String {
 }
 
 fn decode_continue(token: &str) -> Option<(u64, Key)> {
-    if token.len() % 2 != 0 {
+    if !token.len().is_multiple_of(2) {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..token.len())
@@ -279,7 +285,8 @@ fn list(shared: &Shared, req: &Request, ns: Option<&str>, ns_missing: bool) -> R
         metadata["remainingItemCount"] = json!(matching.len() - take);
     }
     drop(st);
-    let body = json!({ "kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": items });
+    let body =
+        json!({ "kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": items });
     Response::json(200, serde_json::to_vec(&body).unwrap_or_default())
 }
 
@@ -374,11 +381,12 @@ fn delete(shared: &Arc<Shared>, req: &Request, ns: &str, name: &str) -> Response
         }
         let existing = pod.metadata.deletion_grace_period_seconds;
         if grace == 0 {
-            st.modify(&key, |p| {
-                p.metadata.deletion_timestamp.get_or_insert_with(now);
-                p.metadata.deletion_grace_period_seconds = Some(0);
-            });
-            return st.remove(&key).map(Outcome::Gone).ok_or_else(|| status::not_found("pods", name));
+            // Immediate: no intermediate write, a single DELETED event; the response
+            // carries the deletion stamp (rest.BeforeDelete set it on the copy).
+            let mut gone = st.remove(&key).ok_or_else(|| status::not_found("pods", name))?;
+            gone.metadata.deletion_timestamp.get_or_insert_with(now);
+            gone.metadata.deletion_grace_period_seconds = Some(0);
+            return Ok(Outcome::Gone(gone));
         }
         if let Some(existing) = existing {
             if grace < existing {
@@ -396,6 +404,8 @@ fn delete(shared: &Arc<Shared>, req: &Request, ns: &str, name: &str) -> Response
             .modify(&key, |p| {
                 p.metadata.deletion_timestamp = Some(after(grace));
                 p.metadata.deletion_grace_period_seconds = Some(grace);
+                // rest.BeforeDelete bumps the generation of a graceful deletion.
+                p.metadata.generation = Some(p.metadata.generation.unwrap_or(0) + 1);
             })
             .ok_or_else(|| status::not_found("pods", name))?;
         Ok(Outcome::Terminating(pod, true))
@@ -443,7 +453,13 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 
 /// PUT/PATCH on the Pod or its status subresource. Merge, strategic-merge (treated
 /// as merge: lists are replaced) and apply (JSON body) patches are accepted.
-fn update(shared: &Arc<Shared>, req: &Request, ns: &str, name: &str, status_only: bool) -> Response {
+fn update(
+    shared: &Arc<Shared>,
+    req: &Request,
+    ns: &str,
+    name: &str,
+    status_only: bool,
+) -> Response {
     let content_type = req
         .header("content-type")
         .unwrap_or("application/json")
@@ -465,9 +481,7 @@ fn update(shared: &Arc<Shared>, req: &Request, ns: &str, name: &str, status_only
     let body: Value = match serde_json::from_slice(&req.body) {
         Ok(v) => v,
         Err(e) => {
-            return status_response(status::bad_request(&format!(
-                "error decoding patch: {e}"
-            )));
+            return status_response(status::bad_request(&format!("error decoding patch: {e}")));
         }
     };
     let key: Key = (ns.to_string(), name.to_string());

@@ -81,7 +81,9 @@ impl LabelSelector {
             if let Some(key) = term.strip_prefix('!') {
                 let key = key.trim();
                 if !valid_key(key) {
-                    return Err(format!("unable to parse requirement: invalid label key {key:?}"));
+                    return Err(format!(
+                        "unable to parse requirement: invalid label key {key:?}"
+                    ));
                 }
                 reqs.push(Requirement {
                     key: key.to_string(),
@@ -94,7 +96,9 @@ impl LabelSelector {
                 .unwrap_or(term.len());
             let key = &term[..key_end];
             if !valid_key(key) {
-                return Err(format!("unable to parse requirement: invalid label key {key:?}"));
+                return Err(format!(
+                    "unable to parse requirement: invalid label key {key:?}"
+                ));
             }
             let rest = term[key_end..].trim_start();
             let op = if rest.is_empty() {
@@ -110,7 +114,9 @@ impl LabelSelector {
             } else if let Some(v) = rest.strip_prefix("in") {
                 Op::In(parse_set(v)?)
             } else {
-                return Err(format!("found '{rest}', expected: in, notin, =, ==, !=, gt, lt"));
+                return Err(format!(
+                    "found '{rest}', expected: in, notin, =, ==, !=, gt, lt"
+                ));
             };
             reqs.push(Requirement {
                 key: key.to_string(),
@@ -190,13 +196,13 @@ impl FieldSelector {
             } else if let Some((f, v)) = term.split_once('=') {
                 (f, true, v)
             } else {
-                return Err(format!("invalid selector: '{term}'; can't understand '{term}'"));
+                return Err(format!(
+                    "invalid selector: '{term}'; can't understand '{term}'"
+                ));
             };
             let field = field.trim();
             if !POD_FIELDS.contains(&field) {
-                return Err(format!(
-                    "field label not supported: {field}"
-                ));
+                return Err(format!("field label not supported: {field}"));
             }
             reqs.push((field.to_string(), eq, value.trim().to_string()));
         }

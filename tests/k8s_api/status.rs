@@ -110,7 +110,13 @@ pub fn conflict(resource: &str, name: &str, err: &str) -> StatusBody {
 
 /// NewForbidden with the RBAC authorizer's reason
 /// (plugin/pkg/auth/authorizer/rbac: `User %q cannot %s resource %q in API group %q in the namespace %q`).
-pub fn forbidden(user: &str, verb: &str, resource: &str, name: &str, namespace: &str) -> StatusBody {
+pub fn forbidden(
+    user: &str,
+    verb: &str,
+    resource: &str,
+    name: &str,
+    namespace: &str,
+) -> StatusBody {
     let top = resource.split('/').next().unwrap_or(resource);
     let why = format!(
         "User {user:?} cannot {verb} resource {resource:?} in API group \"\" in the namespace {namespace:?}"
@@ -151,7 +157,9 @@ pub fn unsupported_media_type(content_type: &str) -> StatusBody {
     StatusBody::failure(
         415,
         "UnsupportedMediaType",
-        format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type})"),
+        format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type})"
+        ),
         None,
     )
 }

@@ -50,7 +50,8 @@ impl WatchSpec {
 }
 
 fn event_line(kind: &str, object: serde_json::Value) -> Vec<u8> {
-    let mut line = serde_json::to_vec(&json!({ "type": kind, "object": object })).unwrap_or_default();
+    let mut line =
+        serde_json::to_vec(&json!({ "type": kind, "object": object })).unwrap_or_default();
     line.push(b'\n');
     line
 }
@@ -122,10 +123,11 @@ pub async fn serve_watch(shared: &Arc<Shared>, spec: WatchSpec, sock: &mut TcpSt
     }
     let deadline = spec.timeout.map(|t| Instant::now() + t);
 
-    // Starting point.
-    let (mut cursor, epoch, interval, first) = {
+    // Starting point: (cursor, epoch, bookmark interval, first lines, stream ends after them).
+    let (mut cursor, epoch, interval, first, ends) = {
         let st = shared.lock();
         let mut out: Vec<Vec<u8>> = Vec::new();
+        let mut ends = false;
         let cursor = match spec.resource_version {
             None => {
                 for pod in st.pods.values().filter(|p| spec.matches(p)) {
@@ -137,15 +139,11 @@ pub async fn serve_watch(shared: &Arc<Shared>, spec: WatchSpec, sock: &mut TcpSt
                 st.rv
             }
             Some(rv) if rv < st.floor => {
-                let gone = status::expired(format!("too old resource version: {rv} ({})", st.floor));
+                let gone =
+                    status::expired(format!("too old resource version: {rv} ({})", st.floor));
                 out.push(event_line("ERROR", gone.to_value()));
-                drop(st);
-                for line in out {
-                    if write_chunk(sock, &line).await.is_err() {
-                        return false;
-                    }
-                }
-                return write_last_chunk(sock).await.is_ok();
+                ends = true;
+                rv
             }
             Some(rv) => {
                 if spec.send_initial_events {
@@ -159,12 +157,15 @@ pub async fn serve_watch(shared: &Arc<Shared>, spec: WatchSpec, sock: &mut TcpSt
                 }
             }
         };
-        (cursor, st.epoch, st.bookmark_interval, out)
+        (cursor, st.epoch, st.bookmark_interval, out, ends)
     };
     for line in first {
         if write_chunk(sock, &line).await.is_err() {
             return false;
         }
+    }
+    if ends {
+        return write_last_chunk(sock).await.is_ok();
     }
 
     let mut tick = Instant::now() + interval;
@@ -178,7 +179,8 @@ pub async fn serve_watch(shared: &Arc<Shared>, spec: WatchSpec, sock: &mut TcpSt
             if st.epoch != epoch {
                 (Vec::new(), Some(None))
             } else if cursor < st.floor {
-                let gone = status::expired(format!("too old resource version: {cursor} ({})", st.floor));
+                let gone =
+                    status::expired(format!("too old resource version: {cursor} ({})", st.floor));
                 (Vec::new(), Some(Some(event_line("ERROR", gone.to_value()))))
             } else {
                 let lines: Vec<Vec<u8>> = st
@@ -303,9 +305,8 @@ pub async fn serve_log(shared: &Arc<Shared>, spec: LogSpec, sock: &mut TcpStream
         if done || spec.limit_bytes.is_some_and(|l| sent >= l) {
             return write_last_chunk(sock).await.is_ok();
         }
-        match wait(&mut rx, sock, Instant::now() + interval, None).await {
-            Wake::PeerGone => return false,
-            _ => {}
+        if let Wake::PeerGone = wait(&mut rx, sock, Instant::now() + interval, None).await {
+            return false;
         }
     }
 }

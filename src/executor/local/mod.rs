@@ -296,6 +296,12 @@ impl LocalExecutor {
 
 impl Executor for LocalExecutor {
     async fn launch(&self, order: &LaunchRecord) -> Result<(), ExecutorError> {
+        if order.action.executor() != crate::store::records::ExecutorKind::Local {
+            // Only reachable without a Kubernetes executor: the launch waits in the outbox.
+            return Err(ExecutorError::Unavailable(
+                "no kubernetes executor is configured on this service".into(),
+            ));
+        }
         let dir = self.attempt_dir(order.fence);
         let io_error = Self::io_error(&dir);
         let step = usize::from(order.step);
