@@ -10,8 +10,8 @@ use std::time::Duration;
 use scarab::engine::{Fence, Outcome, RunId};
 use scarab::executor::local::LocalExecutor;
 use scarab::executor::local::files::{self, Spec};
-use scarab::executor::{Adoption, Executor, Report};
-use scarab::store::records::{LaunchAction, LaunchRecord};
+use scarab::executor::{Adoption, Executor, Report, Target};
+use scarab::store::records::{ExecutorKind, LaunchAction, LaunchRecord};
 use tokio::sync::mpsc;
 
 fn order(fence: u64, out: &Path) -> LaunchRecord {
@@ -96,6 +96,7 @@ async fn a_confirmed_attempt_cut_at_the_handshake_runs_once_under_its_fence_on_a
         run: RunId(42),
         step: 0,
         fence: Fence(7),
+        executor: ExecutorKind::Local,
     };
     executor.adopt(&adoption).await.expect("adopt");
     let report = next_report(&mut reports).await;
@@ -146,6 +147,7 @@ async fn a_confirmed_attempt_with_no_trace_is_lost_and_a_foreign_directory_is_no
         run: RunId(42),
         step: 0,
         fence: Fence(3),
+        executor: ExecutorKind::Local,
     };
     executor.adopt(&adoption).await.expect("adopt");
     let report = next_report(&mut reports).await;
@@ -161,6 +163,7 @@ async fn a_confirmed_attempt_with_no_trace_is_lost_and_a_foreign_directory_is_no
         run: RunId(43),
         step: 0,
         fence: Fence(4),
+        executor: ExecutorKind::Local,
     };
     executor.adopt(&other).await.expect("adopt");
     let report = next_report(&mut reports).await;
@@ -207,7 +210,13 @@ async fn a_stop_during_the_handshake_means_the_step_never_starts() {
     let (executor, mut reports) = executor(&attempts);
     executor.launch(&order(13, &out)).await.expect("launch");
     executor
-        .kill(Fence(13), scarab::engine::KillReason::Cancel)
+        .kill(
+            Target {
+                executor: ExecutorKind::Local,
+                fence: Fence(13),
+            },
+            scarab::engine::KillReason::Cancel,
+        )
         .await
         .expect("kill");
     let report = next_report(&mut reports).await;

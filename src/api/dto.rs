@@ -99,7 +99,7 @@ pub fn run_detail(run: &Run) -> RunDetail {
                 | crate::engine::StepState::DeadLettered { reason } => Some(reason.clone()),
                 _ => None,
             },
-            executor: "local",
+            executor: spec.action.executor_name(),
             needs: spec
                 .needs
                 .iter()

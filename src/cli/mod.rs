@@ -81,6 +81,27 @@ pub struct EngineArgs {
     /// How long a finished run's step logs and attempt directories are kept.
     #[arg(long, env = "SCARAB_LOG_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
     log_retention: Duration,
+    /// Run `executor: kubernetes` steps on the cluster of this kubeconfig file.
+    #[arg(long, env = "SCARAB_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Run `executor: kubernetes` steps with the in-cluster service account.
+    #[arg(long, env = "SCARAB_KUBE_IN_CLUSTER", conflicts_with = "kubeconfig")]
+    kube_in_cluster: bool,
+    /// The namespace of the step Pods.
+    #[arg(long, env = "SCARAB_KUBE_NAMESPACE", default_value = "scarab")]
+    kube_namespace: String,
+    /// How long an image pull may keep failing before the attempt is infra_never_started.
+    #[arg(long, env = "SCARAB_KUBE_GRACE_IMAGE_PULL", default_value = "5m", value_parser = humantime::parse_duration)]
+    kube_grace_image_pull: Duration,
+    /// How long a container configuration error may last.
+    #[arg(long, env = "SCARAB_KUBE_GRACE_CONFIG", default_value = "2m", value_parser = humantime::parse_duration)]
+    kube_grace_config: Duration,
+    /// How long a Pod may stay unschedulable.
+    #[arg(long, env = "SCARAB_KUBE_GRACE_UNSCHEDULABLE", default_value = "10m", value_parser = humantime::parse_duration)]
+    kube_grace_unschedulable: Duration,
+    /// How long a Pod may stay pending for any other reason.
+    #[arg(long, env = "SCARAB_KUBE_GRACE_PENDING", default_value = "30m", value_parser = humantime::parse_duration)]
+    kube_grace_pending: Duration,
 }
 
 impl EngineArgs {
@@ -90,6 +111,19 @@ impl EngineArgs {
         settings.engine.infra_retries = self.infra_retries;
         settings.kill_grace = self.kill_grace;
         settings.log_retention = self.log_retention;
+        if self.kubeconfig.is_some() || self.kube_in_cluster {
+            settings.kubernetes = Some(crate::service::KubernetesSettings {
+                kubeconfig: self.kubeconfig.clone(),
+                namespace: self.kube_namespace.clone(),
+                grace: crate::executor::kubernetes::classify::GracePeriods {
+                    image_pull: self.kube_grace_image_pull,
+                    config: self.kube_grace_config,
+                    unschedulable: self.kube_grace_unschedulable,
+                    pending: self.kube_grace_pending,
+                },
+                delete_grace: Duration::from_secs(30),
+            });
+        }
         settings
     }
 }

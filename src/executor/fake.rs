@@ -86,7 +86,7 @@ impl Executor for FakeExecutor {
         }
     }
 
-    async fn kill(&self, _fence: Fence, _reason: KillReason) -> Result<(), ExecutorError> {
+    async fn kill(&self, _target: super::Target, _reason: KillReason) -> Result<(), ExecutorError> {
         Ok(())
     }
 
@@ -109,15 +109,15 @@ impl Executor for FakeExecutor {
         Ok(())
     }
 
-    async fn clean_up(&self, _fence: Fence) -> Result<(), ExecutorError> {
+    async fn clean_up(&self, _target: super::Target) -> Result<(), ExecutorError> {
         Ok(())
     }
 
-    async fn stop_foreign(&self, _from: Fence, _below: Fence) -> Result<Vec<Fence>, ExecutorError> {
-        Ok(Vec::new())
-    }
-
-    fn highest_fence(&self) -> Result<Option<Fence>, ExecutorError> {
+    async fn recover(
+        &self,
+        _inflight: &[Adoption],
+        _minted_below: Fence,
+    ) -> Result<Option<Fence>, ExecutorError> {
         Ok(self.highest.lock().ok().and_then(|h| *h))
     }
 }

@@ -9,7 +9,7 @@ pub mod local;
 use std::future::Future;
 
 use crate::engine::{Fence, KillReason, RunId, Verdict};
-use crate::store::records::LaunchRecord;
+use crate::store::records::{ExecutorKind, LaunchRecord};
 
 /// An executor's final word on one attempt, sent to the driver.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,6 +26,7 @@ pub struct Adoption {
     pub run: RunId,
     pub step: usize,
     pub fence: Fence,
+    pub executor: ExecutorKind,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -60,7 +61,7 @@ pub trait Executor: Clone + Send + Sync + 'static {
     /// Asks the attempt to stop. Idempotent; succeeds when there is nothing left to stop.
     fn kill(
         &self,
-        fence: Fence,
+        target: Target,
         reason: KillReason,
     ) -> impl Future<Output = Result<(), ExecutorError>> + Send;
 
@@ -68,20 +69,101 @@ pub trait Executor: Clone + Send + Sync + 'static {
     /// verdict it left, or report it `lost`. Never starts anything.
     fn adopt(&self, adoption: &Adoption) -> impl Future<Output = Result<(), ExecutorError>> + Send;
 
-    /// Removes a finished attempt's traces (for the local executor: its directory and
-    /// logs). Idempotent; refuses while the attempt still runs.
-    fn clean_up(&self, fence: Fence) -> impl Future<Output = Result<(), ExecutorError>> + Send;
+    /// Removes a finished attempt's traces (a directory and logs, a Pod). Idempotent;
+    /// refuses while the attempt still runs.
+    fn clean_up(&self, target: Target) -> impl Future<Output = Result<(), ExecutorError>> + Send;
 
-    /// Stops every attempt still running whose fence is in `from..below` — fences this
-    /// store never minted (a newer lineage after a restore from an older backup): foreign
-    /// zombies. `below` is the counter after it was raised at start, so nothing minted
-    /// since is touched. Returns their fences.
-    fn stop_foreign(
+    /// At start, before anything new is minted: looks at everything the executor holds,
+    /// stops what does not belong to an in-flight attempt of this store (foreign zombies:
+    /// superseded attempts, leftovers, fences at or above `minted_below` from a newer
+    /// lineage), and returns the highest fence seen so the counter can be raised above it.
+    fn recover(
         &self,
-        from: Fence,
-        below: Fence,
-    ) -> impl Future<Output = Result<Vec<Fence>, ExecutorError>> + Send;
+        inflight: &[Adoption],
+        minted_below: Fence,
+    ) -> impl Future<Output = Result<Option<Fence>, ExecutorError>> + Send;
+}
 
-    /// The highest fence this executor has ever seen, so the counter can be raised above it.
-    fn highest_fence(&self) -> Result<Option<Fence>, ExecutorError>;
+/// An attempt as the outbox names it to the executors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub executor: ExecutorKind,
+    pub fence: Fence,
+}
+
+/// Both adapters behind the port: launches go by the step's action, everything else by
+/// the executor recorded with the attempt.
+#[derive(Clone)]
+pub struct Executors {
+    pub local: local::LocalExecutor,
+    pub kubernetes: Option<kubernetes::KubeExecutor>,
+}
+
+impl Executors {
+    fn kube(&self) -> Result<&kubernetes::KubeExecutor, ExecutorError> {
+        self.kubernetes.as_ref().ok_or_else(|| {
+            ExecutorError::Unavailable(
+                "no kubernetes executor is configured on this service".into(),
+            )
+        })
+    }
+}
+
+impl Executor for Executors {
+    async fn launch(&self, order: &LaunchRecord) -> Result<(), ExecutorError> {
+        match order.action.executor() {
+            ExecutorKind::Local => self.local.launch(order).await,
+            ExecutorKind::Kubernetes => self.kube()?.launch(order).await,
+        }
+    }
+
+    fn launch_recorded(&self, fence: Fence) {
+        self.local.launch_recorded(fence);
+    }
+
+    async fn kill(&self, target: Target, reason: KillReason) -> Result<(), ExecutorError> {
+        match target.executor {
+            ExecutorKind::Local => self.local.kill(target, reason).await,
+            ExecutorKind::Kubernetes => self.kube()?.kill(target, reason).await,
+        }
+    }
+
+    async fn adopt(&self, adoption: &Adoption) -> Result<(), ExecutorError> {
+        match adoption.executor {
+            ExecutorKind::Local => self.local.adopt(adoption).await,
+            ExecutorKind::Kubernetes => self.kube()?.adopt(adoption).await,
+        }
+    }
+
+    async fn clean_up(&self, target: Target) -> Result<(), ExecutorError> {
+        match target.executor {
+            ExecutorKind::Local => self.local.clean_up(target).await,
+            ExecutorKind::Kubernetes => self.kube()?.clean_up(target).await,
+        }
+    }
+
+    async fn recover(
+        &self,
+        inflight: &[Adoption],
+        minted_below: Fence,
+    ) -> Result<Option<Fence>, ExecutorError> {
+        let of = |kind| {
+            inflight
+                .iter()
+                .filter(|a| a.executor == kind)
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        let mut highest = self
+            .local
+            .recover(&of(ExecutorKind::Local), minted_below)
+            .await?;
+        if let Some(kube) = &self.kubernetes {
+            highest = highest.max(
+                kube.recover(&of(ExecutorKind::Kubernetes), minted_below)
+                    .await?,
+            );
+        }
+        Ok(highest)
+    }
 }

@@ -10,7 +10,7 @@ use tokio::sync::{Notify, Semaphore, mpsc, watch};
 
 use super::Command;
 use crate::clock;
-use crate::executor::Executor;
+use crate::executor::{Executor, Target};
 use crate::limits;
 use crate::store::Store;
 use crate::store::records::{OutboxMessage, OutboxPayload};
@@ -152,8 +152,29 @@ fn still_due(store: &Store, id: u64, now: crate::engine::Timestamp) -> bool {
 async fn deliver<E: Executor>(executor: &E, message: &OutboxMessage) -> Result<(), String> {
     let result = match &message.payload {
         OutboxPayload::Launch(launch) => executor.launch(launch).await,
-        OutboxPayload::Kill { fence, reason, .. } => executor.kill(*fence, *reason).await,
-        OutboxPayload::CleanUp { fence, .. } => executor.clean_up(*fence).await,
+        OutboxPayload::Kill {
+            fence,
+            reason,
+            executor: kind,
+            ..
+        } => {
+            let target = Target {
+                executor: *kind,
+                fence: *fence,
+            };
+            executor.kill(target, *reason).await
+        }
+        OutboxPayload::CleanUp {
+            fence,
+            executor: kind,
+            ..
+        } => {
+            let target = Target {
+                executor: *kind,
+                fence: *fence,
+            };
+            executor.clean_up(target).await
+        }
     };
     result.map_err(|e| limits::clip(&e.to_string(), limits::OUTBOX_ERROR_MAX_BYTES))
 }

@@ -64,9 +64,6 @@ pub struct Driver<E: Executor> {
     /// Every non-terminal run, as last committed (or being changed by the open batch).
     runs: HashMap<RunId, Run>,
     fences: FenceCounter,
-    /// Fences in `foreign.0..foreign.1` were never minted by this store but were found on
-    /// the executor at start (the stored counter, and the counter once raised above them).
-    foreign: (crate::engine::Fence, crate::engine::Fence),
     next_timer: Option<Timestamp>,
 }
 
@@ -108,7 +105,7 @@ enum Pending {
 impl<E: Executor> Driver<E> {
     /// Loads every non-terminal run (through the state index only) and raises the fence
     /// counter above every fence the executor has seen.
-    pub fn recover(
+    pub async fn recover(
         store: Arc<Store>,
         settings: Arc<Settings>,
         executor: E,
@@ -123,36 +120,19 @@ impl<E: Executor> Driver<E> {
             outbox,
             runs: HashMap::new(),
             fences: FenceCounter::starting_at(1),
-            foreign: (crate::engine::Fence(1), crate::engine::Fence(1)),
             next_timer: None,
         };
-        driver.reload()?;
+        driver.reload().await?;
         Ok(driver)
     }
 
-    fn reload(&mut self) -> Result<(), StoreError> {
+    /// Loads every non-terminal run, lets the executor recover (stop foreign attempts,
+    /// report the highest fence it holds) and raises the fence counter above it, all
+    /// before anything new can be minted.
+    async fn reload(&mut self) -> Result<(), StoreError> {
         let read = self.store.read()?;
         let stored_next = read.fence_next()?;
         self.fences = FenceCounter::starting_at(stored_next);
-        match self.executor.highest_fence() {
-            Ok(Some(seen)) => self.fences.raise_above(seen),
-            Ok(None) => {}
-            Err(error) => tracing::error!(%error, "cannot read the executor's fences"),
-        }
-        self.foreign = (
-            crate::engine::Fence(stored_next),
-            crate::engine::Fence(self.fences.next_value()),
-        );
-        if self.fences.next_value() > stored_next {
-            tracing::warn!(
-                from = stored_next,
-                to = self.fences.next_value(),
-                "fence counter raised above fences found on the executor"
-            );
-            let mut tx = self.store.write()?;
-            tx.set_fence_next(self.fences.next_value())?;
-            tx.commit()?;
-        }
         self.runs.clear();
         for id in read.active_run_ids()? {
             let Some(stored) = read.run(id)? else {
@@ -168,7 +148,48 @@ impl<E: Executor> Driver<E> {
             }
         }
         self.next_timer = read.next_timer_due()?;
+        drop(read);
+        let inflight = self.in_flight(|_| true);
+        match self
+            .executor
+            .recover(&inflight, crate::engine::Fence(stored_next))
+            .await
+        {
+            Ok(Some(seen)) => self.fences.raise_above(seen),
+            Ok(None) => {}
+            Err(error) => {
+                tracing::error!(%error, "executor recovery failed; fences it holds may be unknown")
+            }
+        }
+        if self.fences.next_value() > stored_next {
+            tracing::warn!(
+                from = stored_next,
+                to = self.fences.next_value(),
+                "fence counter raised above fences found on the executor"
+            );
+            let mut tx = self.store.write()?;
+            tx.set_fence_next(self.fences.next_value())?;
+            tx.commit()?;
+        }
         Ok(())
+    }
+
+    /// The in-flight attempts of the loaded runs that `which` selects.
+    fn in_flight(&self, which: impl Fn(&crate::engine::Attempt) -> bool) -> Vec<Adoption> {
+        let mut found = Vec::new();
+        for run in self.runs.values() {
+            for (step, progress) in run.steps.iter().enumerate() {
+                if let Some(attempt) = progress.in_flight().filter(|a| which(a)) {
+                    found.push(Adoption {
+                        run: run.id(),
+                        step,
+                        fence: attempt.fence,
+                        executor: ExecutorKind::of(&run.pipeline.steps[step].action),
+                    });
+                }
+            }
+        }
+        found
     }
 
     /// Hands every attempt confirmed before the restart back to the executor, then
@@ -176,40 +197,16 @@ impl<E: Executor> Driver<E> {
     /// their launch message in the outbox, which the dispatcher redelivers under the same
     /// fence. Runs as its own task: adoption may report verdicts, which this loop applies.
     fn readopt(&self, ready: Option<watch::Sender<bool>>) {
-        let adoptions: Vec<Adoption> = self
-            .runs
-            .values()
-            .flat_map(|run| {
-                run.steps
-                    .iter()
-                    .enumerate()
-                    .filter_map(move |(step, progress)| {
-                        let attempt = progress.in_flight()?;
-                        matches!(attempt.state, crate::engine::AttemptState::Running { .. })
-                            .then_some(Adoption {
-                                run: run.id(),
-                                step,
-                                fence: attempt.fence,
-                            })
-                    })
-            })
-            .collect();
+        let adoptions =
+            self.in_flight(|a| matches!(a.state, crate::engine::AttemptState::Running { .. }));
         tracing::info!(
             attempts = adoptions.len(),
             runs = self.runs.len(),
             "re-adopting in-flight attempts"
         );
         let executor = self.executor.clone();
-        let (foreign_from, foreign_below) = self.foreign;
         tokio::spawn(async move {
             let started = std::time::Instant::now();
-            match executor.stop_foreign(foreign_from, foreign_below).await {
-                Ok(stopped) if !stopped.is_empty() => {
-                    tracing::warn!(count = stopped.len(), "stopped foreign attempts")
-                }
-                Ok(_) => {}
-                Err(error) => tracing::error!(%error, "cannot look for foreign attempts"),
-            }
             let count = adoptions.len();
             for adoption in adoptions {
                 if let Err(error) = executor.adopt(&adoption).await {
@@ -255,12 +252,12 @@ impl<E: Executor> Driver<E> {
                     break;
                 }
             }
-            self.commit(batch);
+            self.commit(batch).await;
         }
         tracing::info!("driver stopped; in-flight steps are left running for re-adoption");
     }
 
-    fn commit(&mut self, pending: Vec<Pending>) {
+    async fn commit(&mut self, pending: Vec<Pending>) {
         let now = clock::now();
         let mut batch = Batch::default();
         let result = self.store.write().and_then(|mut tx| {
@@ -279,7 +276,7 @@ impl<E: Executor> Driver<E> {
         });
         match result {
             Ok(()) => self.after_commit(batch),
-            Err(error) => self.after_failed_commit(batch, &error),
+            Err(error) => self.after_failed_commit(batch, &error).await,
         }
     }
 
@@ -310,7 +307,7 @@ impl<E: Executor> Driver<E> {
 
     /// Nothing of the batch happened. The engine already changed the cached runs, so they
     /// are reloaded from the store, and in-flight attempts re-adopted, as after a restart.
-    fn after_failed_commit(&mut self, batch: Batch, error: &StoreError) {
+    async fn after_failed_commit(&mut self, batch: Batch, error: &StoreError) {
         tracing::error!(%error, "commit failed; reloading state from the store");
         for reply in batch.replies {
             match reply {
@@ -323,7 +320,7 @@ impl<E: Executor> Driver<E> {
             }
         }
         self.outbox.settle(&batch.settled_messages);
-        if let Err(error) = self.reload() {
+        if let Err(error) = self.reload().await {
             tracing::error!(%error, "reload after a failed commit failed");
         }
         self.readopt(None);

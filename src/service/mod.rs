@@ -14,6 +14,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::engine::{EngineSettings, RunId};
+use crate::executor::Executors;
+use crate::executor::kubernetes::KubeExecutor;
 use crate::executor::local::LocalExecutor;
 use crate::executor::{Executor, Report};
 use crate::pipeline::Pipeline;
@@ -33,6 +35,19 @@ pub struct Settings {
     pub max_deliveries: u32,
     /// How long a finished run's attempt directories (with the step logs) are kept.
     pub log_retention: Duration,
+    /// The cluster for `executor: kubernetes` steps; `None`: such steps wait in the
+    /// outbox as "executor unavailable".
+    pub kubernetes: Option<KubernetesSettings>,
+}
+
+/// Where the Kubernetes executor finds its cluster.
+#[derive(Clone, Debug)]
+pub struct KubernetesSettings {
+    /// A kubeconfig file; `None`: the in-cluster service account.
+    pub kubeconfig: Option<PathBuf>,
+    pub namespace: String,
+    pub grace: crate::executor::kubernetes::classify::GracePeriods,
+    pub delete_grace: Duration,
 }
 
 impl Default for Settings {
@@ -42,6 +57,7 @@ impl Default for Settings {
             kill_grace: crate::limits::KILL_GRACE,
             max_deliveries: 10,
             log_retention: Duration::from_secs(7 * 24 * 3600),
+            kubernetes: None,
         }
     }
 }
@@ -142,11 +158,49 @@ pub async fn start(
 ) -> Result<Running, StartError> {
     let attempts = state_dir.attempts();
     let kill_grace = settings.kill_grace;
+    let client = match &settings.kubernetes {
+        Some(kube) => Some(kube_client(kube).await?),
+        None => None,
+    };
+    let kube_settings = settings.kubernetes.clone();
     start_with(state_dir, settings, move |reports| {
-        LocalExecutor::new(attempts, supervisor_exe, kill_grace, reports)
-            .map_err(|e| StartError::Executor(e.to_string()))
+        let kubernetes = client.zip(kube_settings).map(|(client, kube)| {
+            let settings = crate::executor::kubernetes::KubeSettings {
+                namespace: kube.namespace,
+                grace: kube.grace,
+                delete_grace: kube.delete_grace,
+                attempts_dir: attempts.clone(),
+            };
+            KubeExecutor::start(client, settings, reports.clone())
+        });
+        let local = LocalExecutor::new(attempts, supervisor_exe, kill_grace, reports)
+            .map_err(|e| StartError::Executor(e.to_string()))?;
+        Ok(Executors { local, kubernetes })
     })
     .await
+}
+
+/// A kube client with explicit timeouts, from a kubeconfig file or the in-cluster
+/// environment.
+async fn kube_client(settings: &KubernetesSettings) -> Result<kube::Client, StartError> {
+    let error = |e: &dyn std::fmt::Display| StartError::Executor(format!("kubernetes client: {e}"));
+    let mut config = match &settings.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| error(&e))?;
+            kube::Config::from_custom_kubeconfig(
+                kubeconfig,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .map_err(|e| error(&e))?
+        }
+        None => kube::Config::incluster().map_err(|e| error(&e))?,
+    };
+    // Spelled out: a hung API server must not hang a launch or the watch forever.
+    config.connect_timeout = Some(Duration::from_secs(5));
+    config.read_timeout = Some(Duration::from_secs(330));
+    config.write_timeout = Some(Duration::from_secs(10));
+    kube::Client::try_from(config).map_err(|e| error(&e))
 }
 
 /// Opens the state dir and starts the driver, the dispatcher and the executor that
@@ -175,7 +229,8 @@ pub async fn start_with<E: Executor>(
         settings.clone(),
         executor.clone(),
         outbox.clone(),
-    )?;
+    )
+    .await?;
     let driver = tokio::spawn(driver.run(commands_rx, reports_rx, shutdown_rx.clone(), ready_tx));
     let dispatcher = tokio::spawn(dispatch::run(
         store.clone(),

@@ -14,7 +14,7 @@
 //! `selector` (label/field selectors), `status` (metav1.Status bodies),
 //! `kubelet` (scripted status transitions, graceful deletion, auto mode).
 
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 // A Status body is what the apiserver answers with; returning it by value keeps the
 // routes close to the wire format, and this is test code.
 #![allow(clippy::result_large_err)]

@@ -15,7 +15,7 @@ use std::time::Duration;
 use rustix::process::{Pid, PidfdFlags, Signal};
 use tokio::sync::mpsc;
 
-use super::{Adoption, Executor, ExecutorError, Report};
+use super::{Adoption, Executor, ExecutorError, Report, Target};
 use crate::engine::{FailureClass, Fence, KillReason, Outcome, RunId, Verdict};
 use crate::store::records::LaunchRecord;
 use files::{KillRequest, ProcessIdentity, Spec};
@@ -331,19 +331,8 @@ impl Executor for LocalExecutor {
             .await
     }
 
-    async fn kill(&self, fence: Fence, reason: KillReason) -> Result<(), ExecutorError> {
-        let dir = self.attempt_dir(fence);
-        std::fs::create_dir_all(&dir).map_err(Self::io_error(&dir))?;
-        // Written first: a supervisor that has not started yet reads it and never starts
-        // the step; a running one reads it when signalled.
-        files::write_json(&dir, files::KILL, &KillRequest { reason }, true)
-            .map_err(Self::io_error(&dir))?;
-        if let Probe::Alive(identity) = self.probe(&dir).await.map_err(Self::io_error(&dir))?
-            && let Some(pidfd) = pidfd_for(identity, &dir)
-        {
-            let _ = rustix::process::pidfd_send_signal(&pidfd, Signal::TERM);
-        }
-        Ok(())
+    async fn kill(&self, target: Target, reason: KillReason) -> Result<(), ExecutorError> {
+        self.stop(target.fence, reason).await
     }
 
     /// Never fails silently: whatever cannot be read is reported as `lost`, so every
@@ -373,7 +362,8 @@ impl Executor for LocalExecutor {
         let _ = std::io::Write::write_all(&mut std::fs::File::from(fd), &[supervisor::GO]);
     }
 
-    async fn clean_up(&self, fence: Fence) -> Result<(), ExecutorError> {
+    async fn clean_up(&self, target: Target) -> Result<(), ExecutorError> {
+        let fence = target.fence;
         let dir = self.attempt_dir(fence);
         if files::supervisor_holds_lock(&dir).map_err(Self::io_error(&dir))? {
             return Err(ExecutorError::Unavailable(format!(
@@ -390,29 +380,43 @@ impl Executor for LocalExecutor {
         }
     }
 
-    async fn stop_foreign(&self, from: Fence, below: Fence) -> Result<Vec<Fence>, ExecutorError> {
-        let mut stopped = Vec::new();
-        for fence in self
-            .fences_on_disk()?
-            .into_iter()
-            .filter(|f| (from..below).contains(f))
-        {
+    /// Attempt directories whose fence this store never minted (at or above
+    /// `minted_below`) and whose supervisor still runs are foreign: they are stopped. Only
+    /// that range is probed, so start-up does not open every attempt directory.
+    async fn recover(
+        &self,
+        _inflight: &[Adoption],
+        minted_below: Fence,
+    ) -> Result<Option<Fence>, ExecutorError> {
+        let fences = self.fences_on_disk()?;
+        for &fence in fences.iter().filter(|f| **f >= minted_below) {
             let dir = self.attempt_dir(fence);
             if files::supervisor_holds_lock(&dir).map_err(Self::io_error(&dir))? {
                 tracing::warn!(%fence, "stopping a foreign attempt: its fence was never minted by this store");
-                self.kill(fence, KillReason::Cancel).await?;
-                stopped.push(fence);
+                self.stop(fence, KillReason::Cancel).await?;
             }
         }
-        Ok(stopped)
-    }
-
-    fn highest_fence(&self) -> Result<Option<Fence>, ExecutorError> {
-        Ok(self.fences_on_disk()?.into_iter().max())
+        Ok(fences.into_iter().max())
     }
 }
 
 impl LocalExecutor {
+    /// Writes the stop request, then signals a live supervisor.
+    async fn stop(&self, fence: Fence, reason: KillReason) -> Result<(), ExecutorError> {
+        let dir = self.attempt_dir(fence);
+        std::fs::create_dir_all(&dir).map_err(Self::io_error(&dir))?;
+        // Written first: a supervisor that has not started yet reads it and never starts
+        // the step; a running one reads it when signalled.
+        files::write_json(&dir, files::KILL, &KillRequest { reason }, true)
+            .map_err(Self::io_error(&dir))?;
+        if let Probe::Alive(identity) = self.probe(&dir).await.map_err(Self::io_error(&dir))?
+            && let Some(pidfd) = pidfd_for(identity, &dir)
+        {
+            let _ = rustix::process::pidfd_send_signal(&pidfd, Signal::TERM);
+        }
+        Ok(())
+    }
+
     async fn try_adopt(&self, adoption: &Adoption) -> Result<(), ExecutorError> {
         let dir = self.attempt_dir(adoption.fence);
         let spec = files::read_json::<Spec>(&dir, files::SPEC).map_err(Self::io_error(&dir))?;
@@ -423,7 +427,7 @@ impl LocalExecutor {
             // Same fence, other run or step: not ours to adopt. Stop it, and our attempt
             // has no verdict.
             tracing::warn!(fence = %adoption.fence, found_run = %spec.launch.run, "attempt directory belongs to another run; stopping it");
-            self.kill(adoption.fence, KillReason::Cancel).await?;
+            self.stop(adoption.fence, KillReason::Cancel).await?;
             let verdict = lost("the attempt directory under this fence belongs to another run");
             self.report(adoption.run, adoption.step, adoption.fence, verdict)
                 .await;

@@ -1,0 +1,470 @@
+//! The Kubernetes adapter: one Pod per attempt, one watch for all of them.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::mpsc;
+
+use super::classify::{GracePeriods, PodVerdict, judge};
+use super::pod::{self, CONTAINER, SELECTOR};
+use crate::engine::{FailureClass, Fence, KillReason, Outcome, RunId, Verdict};
+use crate::executor::{Adoption, Executor, ExecutorError, Report, Target};
+use crate::store::records::{LaunchAction, LaunchRecord};
+
+/// How the service reaches its cluster.
+#[derive(Clone, Debug)]
+pub struct KubeSettings {
+    pub namespace: String,
+    pub grace: GracePeriods,
+    /// Grace Scarab gives a Pod it deletes (a cancel, a timeout, a zombie).
+    pub delete_grace: Duration,
+    /// Where finished attempts' logs are archived (`<dir>/<fence>/stdout.log`).
+    pub attempts_dir: PathBuf,
+}
+
+#[derive(Clone)]
+pub struct KubeExecutor {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    api: Api<Pod>,
+    settings: KubeSettings,
+    reports: mpsc::Sender<Report>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Attempts being supervised, by Pod name.
+    tracked: HashMap<String, Tracked>,
+    /// The latest copy of every managed Pod, as the watch delivers it.
+    pods: HashMap<String, Pod>,
+    /// Pods seen during the current relist (between the watch's Init and InitDone).
+    relisting: Option<HashSet<String>>,
+    /// True once the watch has listed everything at least once.
+    synced: bool,
+}
+
+#[derive(Clone)]
+struct Tracked {
+    run: RunId,
+    step: usize,
+    fence: Fence,
+    kill: Option<KillReason>,
+}
+
+impl KubeExecutor {
+    /// Starts the one watch over every managed Pod (relisting on 410 Gone with backoff)
+    /// and a ticker that re-judges waiting Pods from the watch's copies, so grace periods
+    /// expire without any per-Pod request.
+    pub fn start(
+        client: kube::Client,
+        settings: KubeSettings,
+        reports: mpsc::Sender<Report>,
+    ) -> KubeExecutor {
+        let api = Api::namespaced(client, &settings.namespace);
+        let executor = KubeExecutor {
+            inner: Arc::new(Inner {
+                api,
+                settings,
+                reports,
+                state: Mutex::new(State::default()),
+            }),
+        };
+        tokio::spawn(executor.clone().watch());
+        tokio::spawn(executor.clone().tick());
+        executor
+    }
+
+    async fn watch(self) {
+        let config = watcher::Config::default().labels(SELECTOR);
+        let mut events = watcher(self.inner.api.clone(), config)
+            .default_backoff()
+            .boxed();
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(event) => self.on_event(event).await,
+                Err(error) => tracing::warn!(%error, "kubernetes watch error; retrying"),
+            }
+        }
+    }
+
+    async fn tick(self) {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let names: Vec<String> = self.lock().tracked.keys().cloned().collect();
+            for name in names {
+                self.judge_tracked(&name).await;
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    async fn on_event(&self, event: watcher::Event<Pod>) {
+        let mut gone = Vec::new();
+        let mut changed = Vec::new();
+        {
+            let mut state = self.lock();
+            match event {
+                watcher::Event::Init => state.relisting = Some(HashSet::new()),
+                watcher::Event::InitApply(pod) | watcher::Event::Apply(pod) => {
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    if let Some(seen) = state.relisting.as_mut() {
+                        seen.insert(name.clone());
+                    }
+                    state.pods.insert(name.clone(), pod);
+                    changed.push(name);
+                }
+                watcher::Event::Delete(pod) => {
+                    let name = pod.metadata.name.clone().unwrap_or_default();
+                    state.pods.remove(&name);
+                    gone.push(name);
+                }
+                watcher::Event::InitDone => {
+                    // Whatever the relist did not show is gone.
+                    let seen = state.relisting.take().unwrap_or_default();
+                    let vanished: Vec<String> = state
+                        .pods
+                        .keys()
+                        .filter(|n| !seen.contains(*n))
+                        .cloned()
+                        .collect();
+                    for name in &vanished {
+                        state.pods.remove(name);
+                    }
+                    gone.extend(vanished);
+                    gone.extend(
+                        state
+                            .tracked
+                            .keys()
+                            .filter(|n| !state.pods.contains_key(*n))
+                            .cloned(),
+                    );
+                    state.synced = true;
+                }
+            }
+        }
+        for name in changed {
+            self.judge_tracked(&name).await;
+        }
+        for name in gone {
+            self.on_gone(&name).await;
+        }
+    }
+
+    /// Judges a supervised Pod from its latest copy; reports and stops supervising once
+    /// it has a verdict.
+    async fn judge_tracked(&self, name: &str) {
+        let (tracked, pod) = {
+            let state = self.lock();
+            match (state.tracked.get(name), state.pods.get(name)) {
+                (Some(tracked), Some(pod)) => (tracked.clone(), pod.clone()),
+                _ => return,
+            }
+        };
+        let judgement = judge(
+            &pod,
+            CONTAINER,
+            crate::clock::now(),
+            &self.inner.settings.grace,
+        );
+        if judgement.delete {
+            self.delete(name).await;
+        }
+        if !matches!(
+            judgement.verdict,
+            PodVerdict::Succeeded | PodVerdict::Failed
+        ) {
+            return;
+        }
+        let outcome = match (tracked.kill, judgement.class) {
+            (Some(KillReason::Cancel), _) => Outcome::Stopped,
+            (Some(KillReason::Timeout), _) => Outcome::Failed(FailureClass::Timeout),
+            (None, Some(class)) => Outcome::Failed(class),
+            (None, None) => Outcome::Succeeded,
+        };
+        let verdict = Verdict {
+            outcome,
+            started: judgement.started,
+            reason: format!("{} (rule {})", judgement.reason, judgement.rule),
+            exit_code: judgement.exit_code,
+            started_at: None,
+            finished_at: crate::clock::now(),
+        };
+        self.archive_logs(name, tracked.fence).await;
+        self.finish(name, tracked, verdict).await;
+    }
+
+    /// A supervised Pod vanished before it gave a verdict.
+    async fn on_gone(&self, name: &str) {
+        let Some(tracked) = self.lock().tracked.get(name).cloned() else {
+            return;
+        };
+        let outcome = match tracked.kill {
+            Some(KillReason::Cancel) => Outcome::Stopped,
+            Some(KillReason::Timeout) => Outcome::Failed(FailureClass::Timeout),
+            None => Outcome::Failed(FailureClass::Lost),
+        };
+        let verdict = Verdict {
+            outcome,
+            started: true,
+            reason: "the Pod is gone (404) after its creation was confirmed".into(),
+            exit_code: None,
+            started_at: None,
+            finished_at: crate::clock::now(),
+        };
+        self.finish(name, tracked, verdict).await;
+    }
+
+    async fn finish(&self, name: &str, tracked: Tracked, verdict: Verdict) {
+        if self.lock().tracked.remove(name).is_none() {
+            return;
+        }
+        let report = Report {
+            run: tracked.run,
+            step: tracked.step,
+            fence: tracked.fence,
+            verdict,
+        };
+        let _ = self.inner.reports.send(report).await;
+    }
+
+    fn track(&self, name: &str, tracked: Tracked) {
+        self.lock().tracked.insert(name.to_string(), tracked);
+    }
+
+    async fn delete(&self, name: &str) {
+        let grace = u32::try_from(self.inner.settings.delete_grace.as_secs()).unwrap_or(u32::MAX);
+        let params = DeleteParams {
+            grace_period_seconds: Some(grace),
+            ..DeleteParams::default()
+        };
+        match self.inner.api.delete(name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => {
+                tracing::warn!(pod = name, %error, "deleting a Pod failed; the watch will show it again")
+            }
+        }
+    }
+
+    /// Keeps what the step printed after its Pod is gone: `scarab logs` reads the archive.
+    async fn archive_logs(&self, name: &str, fence: Fence) {
+        let params = LogParams {
+            container: Some(CONTAINER.to_string()),
+            limit_bytes: Some(
+                i64::try_from(crate::limits::LOG_CHUNK_MAX_BYTES * 16).unwrap_or(i64::MAX),
+            ),
+            ..LogParams::default()
+        };
+        let Ok(text) = self.inner.api.logs(name, &params).await else {
+            return;
+        };
+        let dir =
+            crate::executor::local::files::attempt_dir(&self.inner.settings.attempts_dir, fence);
+        if std::fs::create_dir_all(&dir).is_ok() {
+            let _ = crate::executor::local::files::write_atomic(
+                &dir,
+                crate::executor::local::files::STDOUT,
+                text.as_bytes(),
+                false,
+            );
+        }
+    }
+
+    async fn report_now(&self, order: &LaunchRecord, class: FailureClass, reason: String) {
+        let verdict = Verdict {
+            outcome: Outcome::Failed(class),
+            started: false,
+            reason,
+            exit_code: None,
+            started_at: None,
+            finished_at: crate::clock::now(),
+        };
+        let report = Report {
+            run: order.run,
+            step: usize::from(order.step),
+            fence: order.fence,
+            verdict,
+        };
+        let _ = self.inner.reports.send(report).await;
+    }
+
+    fn tracked_from(order: &LaunchRecord) -> Tracked {
+        Tracked {
+            run: order.run,
+            step: usize::from(order.step),
+            fence: order.fence,
+            kill: None,
+        }
+    }
+}
+
+fn unavailable(error: &kube::Error) -> ExecutorError {
+    ExecutorError::Unavailable(format!("kubernetes API: {error}"))
+}
+
+impl Executor for KubeExecutor {
+    async fn launch(&self, order: &LaunchRecord) -> Result<(), ExecutorError> {
+        let LaunchAction::Kubernetes(template) = &order.action else {
+            return Err(ExecutorError::Unavailable("not a kubernetes step".into()));
+        };
+        let manifest = pod::build(order, template);
+        let name = pod::pod_name(order.run, usize::from(order.step), order.fence);
+        match self
+            .inner
+            .api
+            .create(&PostParams::default(), &manifest)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                // Created by an earlier delivery of this launch: adopt it only if it is
+                // this very attempt.
+                let existing = self
+                    .inner
+                    .api
+                    .get(&name)
+                    .await
+                    .map_err(|e| unavailable(&e))?;
+                if pod::identity(&existing)
+                    != Some((order.run, usize::from(order.step), order.fence))
+                {
+                    let reason =
+                        format!("a Pod named {name} exists but belongs to another attempt");
+                    self.report_now(order, FailureClass::Config, reason).await;
+                    return Ok(());
+                }
+                self.lock().pods.insert(name.clone(), existing);
+            }
+            Err(kube::Error::Api(status)) if status.code == 422 => {
+                let reason = format!("Pod rejected by the API server: {}", status.message);
+                self.report_now(order, FailureClass::Config, reason).await;
+                return Ok(());
+            }
+            Err(error) => return Err(unavailable(&error)),
+        }
+        self.track(&name, Self::tracked_from(order));
+        self.judge_tracked(&name).await;
+        Ok(())
+    }
+
+    async fn kill(&self, target: Target, reason: KillReason) -> Result<(), ExecutorError> {
+        let name = {
+            let mut state = self.lock();
+            let found = state
+                .tracked
+                .iter_mut()
+                .find(|(_, t)| t.fence == target.fence);
+            let Some((name, tracked)) = found else {
+                return Ok(());
+            };
+            tracked.kill = Some(reason);
+            name.clone()
+        };
+        // The verdict follows from the watch: the Pod ends or disappears.
+        self.delete(&name).await;
+        Ok(())
+    }
+
+    async fn adopt(&self, adoption: &Adoption) -> Result<(), ExecutorError> {
+        let name = pod::pod_name(adoption.run, adoption.step, adoption.fence);
+        self.track(
+            &name,
+            Tracked {
+                run: adoption.run,
+                step: adoption.step,
+                fence: adoption.fence,
+                kill: None,
+            },
+        );
+        let (present, synced) = {
+            let state = self.lock();
+            (state.pods.contains_key(&name), state.synced)
+        };
+        if present {
+            self.judge_tracked(&name).await;
+        } else if synced {
+            self.on_gone(&name).await;
+        }
+        // Not synced yet: the watch's first listing settles it.
+        Ok(())
+    }
+
+    async fn clean_up(&self, target: Target) -> Result<(), ExecutorError> {
+        let name = {
+            let state = self.lock();
+            state
+                .pods
+                .iter()
+                .find(|(_, pod)| {
+                    pod::identity(pod).is_some_and(|(_, _, fence)| fence == target.fence)
+                })
+                .map(|(name, _)| name.clone())
+        };
+        if let Some(name) = name {
+            self.delete(&name).await;
+        }
+        Ok(())
+    }
+
+    /// One paged LIST of the managed Pods: each either belongs to an in-flight attempt
+    /// (run, step and fence all match) or is deleted — zombies of superseded attempts,
+    /// leftovers of finished ones, Pods of a newer lineage after a restore.
+    async fn recover(
+        &self,
+        inflight: &[Adoption],
+        _minted_below: Fence,
+    ) -> Result<Option<Fence>, ExecutorError> {
+        let wanted: HashSet<(RunId, usize, Fence)> =
+            inflight.iter().map(|a| (a.run, a.step, a.fence)).collect();
+        let mut highest = None;
+        let mut continue_token: Option<String> = None;
+        loop {
+            let mut params = ListParams::default().labels(SELECTOR).limit(500);
+            if let Some(token) = &continue_token {
+                params = params.continue_token(token);
+            }
+            let page = self
+                .inner
+                .api
+                .list(&params)
+                .await
+                .map_err(|e| unavailable(&e))?;
+            for found in &page.items {
+                let name = found.metadata.name.clone().unwrap_or_default();
+                match pod::identity(found) {
+                    Some(id @ (_, _, fence)) => {
+                        highest = highest.max(Some(fence));
+                        if wanted.contains(&id) {
+                            self.lock().pods.insert(name, found.clone());
+                        } else {
+                            tracing::warn!(pod = %name, %fence, "deleting a Pod that belongs to no in-flight attempt");
+                            self.delete(&name).await;
+                        }
+                    }
+                    None => {
+                        tracing::warn!(pod = %name, "a managed Pod without a valid run, step and fence; left alone")
+                    }
+                }
+            }
+            continue_token = page.metadata.continue_.filter(|t| !t.is_empty());
+            if continue_token.is_none() {
+                return Ok(highest);
+            }
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! The Kubernetes executor end to end: the real `scarab serve`, the real kube client, and
+//! the faithful API test server with its scripted kubelet.
+
+mod common;
+mod k8s_api;
+
+use std::time::Duration;
+
+use common::{Server, attempts, fences};
+use k8s_api::{FakeCluster, Fault, Method};
+
+const WITHIN: Duration = Duration::from_secs(60);
+
+/// The fake cluster on its own runtime, so the test body can block.
+struct Cluster {
+    cluster: FakeCluster,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let cluster = runtime.block_on(FakeCluster::start());
+        Cluster {
+            cluster,
+            _runtime: runtime,
+        }
+    }
+
+    fn serve(&self, dir: &std::path::Path) -> Server {
+        let kubeconfig = self.cluster.kubeconfig(dir);
+        let kubeconfig = kubeconfig.to_str().expect("utf-8 path").to_string();
+        Server::start_with(
+            &dir.join("state"),
+            &["--kubeconfig", &kubeconfig, "--kube-namespace", "default"],
+        )
+    }
+
+    fn pod_creations(&self) -> usize {
+        self.cluster
+            .count_requests(&Method::POST, |path| path.ends_with("/pods"))
+    }
+}
+
+fn pod_name(run: &serde_json::Value, step: usize) -> String {
+    let fence = fences(run, step)[0];
+    format!("{}-s{step}-f{fence}", run["id"].as_str().expect("id"))
+}
+
+fn kube_step(name: &str, script: &str) -> String {
+    format!(
+        "  - name: {name}\n    executor: kubernetes\n    image: alpine:3\n    command: [sh, -c, '{script}']\n"
+    )
+}
+
+#[test]
+fn pods_run_to_their_verdict_and_failures_are_classified() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    cluster.cluster.kubelet().auto(true);
+    let server = cluster.serve(dir.path());
+    let yaml = format!(
+        "name: k\nsteps:\n{}{}",
+        kube_step("ok", "exit 0"),
+        kube_step("bad", "exit 3")
+    );
+    let id = server.submit(&yaml);
+    let run = server.wait_terminal(&id, WITHIN);
+    assert_eq!(run["state"], "failed", "{run:#}");
+    assert_eq!(run["steps"][0]["state"], "succeeded");
+    assert_eq!(run["steps"][0]["executor"], "kubernetes");
+    let bad = &attempts(&run, 1)[0];
+    assert_eq!(bad["class"], "step");
+    assert_eq!(bad["exit_code"], 3);
+    assert_eq!(bad["started"], true);
+    let pod = cluster
+        .cluster
+        .pod(&pod_name(&run, 1))
+        .expect("the failed Pod is kept for debugging");
+    let spec = pod.spec.expect("spec");
+    assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+    assert!(
+        spec.active_deadline_seconds.is_some(),
+        "the kubelet enforces the timeout"
+    );
+    assert_eq!(cluster.pod_creations(), 2, "one Pod per attempt");
+}
+
+#[test]
+fn oom_killed_pod_is_infra_post_start_and_dead_letters() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    cluster.cluster.kubelet().auto(true);
+    let server = cluster.serve(dir.path());
+    let id = server.submit(&format!(
+        "name: k\nsteps:\n{}",
+        kube_step("hog", "sleep 600")
+    ));
+    let run = server.wait_for(&id, WITHIN, |run| {
+        attempts(run, 0)
+            .first()
+            .is_some_and(|a| a["state"] == "running")
+    });
+    let name = pod_name(&run, 0);
+    let deadline = std::time::Instant::now() + WITHIN;
+    while cluster.cluster.kubelet().oom_kill(&name).is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pod {name} never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let run = server.wait_terminal(&id, WITHIN);
+    assert_eq!(run["state"], "dead_lettered", "{run:#}");
+    assert_eq!(attempts(&run, 0)[0]["class"], "infra_post_start");
+    assert!(
+        attempts(&run, 0)[0]["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("OOMKilled")
+    );
+}
+
+#[test]
+fn kill9_with_a_pod_running_readopts_it_and_never_creates_it_twice() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    cluster.cluster.kubelet().auto(true);
+    let mut server = cluster.serve(dir.path());
+    let id = server.submit(&format!(
+        "name: k\nsteps:\n{}",
+        kube_step("long", "sleep 600")
+    ));
+    let run = server.wait_for(&id, WITHIN, |run| {
+        attempts(run, 0)
+            .first()
+            .is_some_and(|a| a["state"] == "running")
+    });
+    let fence = fences(&run, 0);
+    let name = pod_name(&run, 0);
+    server.kill9();
+    // The step finishes while Scarab is down.
+    let deadline = std::time::Instant::now() + WITHIN;
+    while cluster.cluster.kubelet().exit(&name, 0).is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pod {name} never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.restart();
+    let run = server.wait_terminal(&id, WITHIN);
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    assert_eq!(attempts(&run, 0).len(), 1);
+    assert_eq!(fences(&run, 0), fence, "re-adoption keeps the fence");
+    assert_eq!(cluster.pod_creations(), 1, "no Pod is created twice");
+    let lists = cluster
+        .cluster
+        .count_requests(&Method::GET, |p| p.ends_with("/pods"));
+    assert!(lists >= 1, "re-adoption lists the managed Pods");
+    let gets = cluster.cluster.count_requests(&Method::GET, |p| {
+        p.contains("/pods/") && !p.ends_with("/log")
+    });
+    assert_eq!(gets, 0, "no per-Pod GETs");
+}
+
+#[test]
+fn zombie_pods_are_deleted_at_start_and_fences_are_never_reused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    cluster.cluster.kubelet().auto(true);
+    // A Pod of an attempt this store never had (a newer lineage, or a stale fence).
+    let zombie_fence = 777u64;
+    let zombie_run = "r01m8xaz6t4hpa5m3jsn0p2xd4n";
+    let zombie = format!("{zombie_run}-s0-f{zombie_fence}");
+    let manifest: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": zombie, "labels": {
+            "app.kubernetes.io/managed-by": "scarab", "scarab.dev/run": zombie_run,
+            "scarab.dev/step": "0", "scarab.dev/attempt": "1", "scarab.dev/fence": zombie_fence.to_string()}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "step", "image": "alpine", "command": ["sh", "-c", "sleep 600"]}]}
+    }))
+    .expect("pod");
+    cluster
+        ._runtime
+        .block_on(async {
+            let client = cluster.cluster.client();
+            kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client, "default")
+                .create(&kube::api::PostParams::default(), &manifest)
+                .await
+        })
+        .expect("create zombie");
+    let server = cluster.serve(dir.path());
+    let deadline = std::time::Instant::now() + WITHIN;
+    while cluster.cluster.pod(&zombie).is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the zombie Pod was not deleted"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let id = server.submit(&format!("name: k\nsteps:\n{}", kube_step("a", "exit 0")));
+    let run = server.wait_terminal(&id, WITHIN);
+    assert!(
+        fences(&run, 0)[0] > zombie_fence,
+        "the counter was raised above the zombie's fence"
+    );
+}
+
+#[test]
+fn an_unreachable_api_server_delays_launches_without_losing_or_duplicating_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    cluster.cluster.kubelet().auto(true);
+    let server = cluster.serve(dir.path());
+    cluster.cluster.set_fault(Fault::Unreachable);
+    let id = server.submit(&format!("name: k\nsteps:\n{}", kube_step("a", "exit 0")));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        server.run(&id)["state"],
+        "queued",
+        "the launch waits in the outbox"
+    );
+    cluster.cluster.set_fault(Fault::None);
+    let run = server.wait_terminal(&id, WITHIN);
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    assert_eq!(
+        attempts(&run, 0).len(),
+        1,
+        "nothing lost, nothing duplicated"
+    );
+    let created =
+        cluster.cluster.pods().len() + usize::from(run["steps"][0]["state"] == "succeeded");
+    assert!(created >= 1);
+}
