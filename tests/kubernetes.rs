@@ -236,3 +236,173 @@ fn an_unreachable_api_server_delays_launches_without_losing_or_duplicating_them(
         cluster.cluster.pods().len() + usize::from(run["steps"][0]["state"] == "succeeded");
     assert!(created >= 1);
 }
+
+type Script = fn(&k8s_api::Kubelet, &str) -> Option<k8s_openapi::api::core::v1::Pod>;
+
+/// Every row of PRODUCT.md §3's Kubernetes column, end to end through the executor:
+/// the kubelet writes what Kubernetes writes; the run must end with the right class,
+/// `started`, and terminal run state.
+#[test]
+fn every_kubernetes_row_ends_with_the_right_class_and_run_state() {
+    let rows: &[(&str, Script, &str, bool, &str)] = &[
+        (
+            "exit-code",
+            |k, n| k.start(n).and(k.exit(n, 2)),
+            "step",
+            true,
+            "failed",
+        ),
+        (
+            "oom",
+            |k, n| k.start(n).and(k.oom_kill(n)),
+            "infra_post_start",
+            true,
+            "dead_lettered",
+        ),
+        (
+            "pull",
+            |k, n| k.schedule(n, "node-1").and(k.image_pull_backoff(n)),
+            "infra_never_started",
+            false,
+            "dead_lettered",
+        ),
+        (
+            "invalid-image",
+            |k, n| k.schedule(n, "node-1").and(k.invalid_image(n)),
+            "config",
+            false,
+            "failed",
+        ),
+        (
+            "config-error",
+            |k, n| {
+                k.schedule(n, "node-1")
+                    .and(k.create_container_config_error(n))
+            },
+            "infra_never_started",
+            false,
+            "dead_lettered",
+        ),
+        (
+            "unschedulable",
+            |k, n| k.unschedulable(n),
+            "infra_never_started",
+            false,
+            "dead_lettered",
+        ),
+        (
+            "evicted-pending",
+            |k, n| k.schedule(n, "node-1").and(k.evict(n, false)),
+            "infra_never_started",
+            false,
+            "dead_lettered",
+        ),
+        (
+            "evicted-running",
+            |k, n| k.start(n).and(k.evict(n, true)),
+            "infra_post_start",
+            true,
+            "dead_lettered",
+        ),
+        (
+            "preempted",
+            |k, n| k.start(n).and(k.preempt(n)),
+            "infra_post_start",
+            true,
+            "dead_lettered",
+        ),
+        (
+            "node-shutdown",
+            |k, n| k.start(n).and(k.node_shutdown(n)),
+            "infra_post_start",
+            true,
+            "dead_lettered",
+        ),
+        (
+            "admission",
+            |k, n| {
+                k.schedule(n, "node-1")
+                    .and(k.admission_reject(n, "NodeAffinity"))
+            },
+            "infra_never_started",
+            false,
+            "dead_lettered",
+        ),
+        (
+            "deadline",
+            |k, n| k.start(n).and(k.deadline_exceeded(n)),
+            "timeout",
+            true,
+            "failed",
+        ),
+        (
+            "start-error",
+            |k, n| k.schedule(n, "node-1").and(k.start_error(n)),
+            "config",
+            false,
+            "failed",
+        ),
+        (
+            "node-lost",
+            |k, n| k.start(n).and(k.node_lost(n)),
+            "lost",
+            true,
+            "dead_lettered",
+        ),
+        (
+            "deleted",
+            |k, n| k.start(n).and(k.remove(n)),
+            "lost",
+            true,
+            "dead_lettered",
+        ),
+    ];
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    let kubeconfig = cluster.cluster.kubeconfig(dir.path());
+    let kubeconfig = kubeconfig.to_str().expect("utf-8").to_string();
+    let grace = [
+        "--kube-grace-image-pull",
+        "1s",
+        "--kube-grace-config",
+        "1s",
+        "--kube-grace-unschedulable",
+        "1s",
+    ];
+    let mut args = vec![
+        "--kubeconfig",
+        &kubeconfig,
+        "--kube-namespace",
+        "default",
+        "--infra-retries",
+        "0",
+    ];
+    args.extend(grace);
+    let server = Server::start_with(&dir.path().join("state"), &args);
+    let kubelet = cluster.cluster.kubelet();
+    let mut started = Vec::new();
+    for (label, script, ..) in rows {
+        let id = server.submit(&format!(
+            "name: {label}\nsteps:\n{}",
+            kube_step("s", "sleep 600")
+        ));
+        let run = server.wait_for(&id, WITHIN, |run| {
+            attempts(run, 0)
+                .first()
+                .is_some_and(|a| a["state"] == "running")
+        });
+        let name = pod_name(&run, 0);
+        assert!(
+            script(&kubelet, &name).is_some(),
+            "{label}: the kubelet script applies to {name}"
+        );
+        started.push((id, *label));
+    }
+    for ((id, label), (_, _, class, started_flag, state)) in started.iter().zip(rows) {
+        let run = server.wait_terminal(id, WITHIN);
+        let attempt = &attempts(&run, 0)[0];
+        assert_eq!(attempt["class"], *class, "{label}: {run:#}");
+        assert_eq!(attempt["started"], *started_flag, "{label}: {run:#}");
+        assert_eq!(run["state"], *state, "{label}: {run:#}");
+    }
+}

@@ -181,9 +181,6 @@ impl KubeExecutor {
             crate::clock::now(),
             &self.inner.settings.grace,
         );
-        if judgement.delete {
-            self.delete(name).await;
-        }
         if !matches!(
             judgement.verdict,
             PodVerdict::Succeeded | PodVerdict::Failed
@@ -205,7 +202,11 @@ impl KubeExecutor {
             finished_at: crate::clock::now(),
         };
         self.archive_logs(name, tracked.fence).await;
+        // The verdict first: the deletion's watch event must find nothing left to judge.
         self.finish(name, tracked, verdict).await;
+        if judgement.delete {
+            self.delete(name).await;
+        }
     }
 
     /// A supervised Pod vanished before it gave a verdict.
