@@ -120,8 +120,24 @@ async fn authenticate(State(state): State<ApiState>, request: Request, next: Nex
 
 async fn readyz(State(state): State<ApiState>) -> Response {
     let depth = state.service.store.read().and_then(|r| r.outbox_depth());
+    // An unavailable executor does not make the service unready (other steps still
+    // run), but it is shown: its launches are waiting in the outbox.
+    let executors: serde_json::Map<String, serde_json::Value> = state
+        .service
+        .executor_availability()
+        .into_iter()
+        .map(|(name, error)| {
+            (
+                name.to_string(),
+                json!({"available": error.is_none(), "last_error": error}),
+            )
+        })
+        .collect();
     match (state.service.is_ready(), depth) {
-        (true, Ok(depth)) => Json(json!({"ready": true, "outbox_depth": depth})).into_response(),
+        (true, Ok(depth)) => {
+            Json(json!({"ready": true, "outbox_depth": depth, "executors": executors}))
+                .into_response()
+        }
         (false, _) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({"ready": false, "reason": "re-adopting"})),

@@ -2,7 +2,7 @@
 //! at least once, and reports each delivery's result back to the driver, which deletes
 //! or reschedules the message in its next transaction.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,11 +26,32 @@ pub struct Outbox {
 struct OutboxInner {
     in_flight: Mutex<HashSet<u64>>,
     wake: Notify,
+    /// The last delivery outcome per executor: `Some(error)` while it is unavailable.
+    availability: Mutex<HashMap<&'static str, Option<String>>>,
 }
 
 impl Outbox {
     pub fn new() -> Outbox {
         Outbox::default()
+    }
+
+    /// Each executor's last delivery outcome: `None` = available, `Some(error)` = not.
+    pub fn availability(&self) -> Vec<(&'static str, Option<String>)> {
+        let map = self
+            .inner
+            .availability
+            .lock()
+            .map(|m| m.clone())
+            .unwrap_or_default();
+        let mut list: Vec<_> = map.into_iter().collect();
+        list.sort();
+        list
+    }
+
+    fn record(&self, executor: &'static str, result: &Result<(), String>) {
+        if let Ok(mut map) = self.inner.availability.lock() {
+            map.insert(executor, result.as_ref().err().cloned());
+        }
     }
 
     pub fn wake(&self) {
@@ -110,8 +131,10 @@ pub async fn run<E: Executor>(
             };
             let executor = executor.clone();
             let commands = commands.clone();
+            let outbox = outbox.clone();
             tokio::spawn(async move {
                 let result = deliver(&executor, &message).await;
+                outbox.record(executor_of(&message.payload), &result);
                 if let Err(error) = &result {
                     tracing::warn!(message = message.id, kind = message.payload.kind(), %error, "outbox delivery failed");
                 }
@@ -135,6 +158,17 @@ pub async fn run<E: Executor>(
             _ = tokio::time::sleep(wait) => {}
             _ = shutdown.changed() => return,
         }
+    }
+}
+
+fn executor_of(payload: &OutboxPayload) -> &'static str {
+    let kind = match payload {
+        OutboxPayload::Launch(launch) => launch.action.executor(),
+        OutboxPayload::Kill { executor, .. } | OutboxPayload::CleanUp { executor, .. } => *executor,
+    };
+    match kind {
+        crate::store::records::ExecutorKind::Local => "local",
+        crate::store::records::ExecutorKind::Kubernetes => "kubernetes",
     }
 }
 

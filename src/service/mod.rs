@@ -130,6 +130,7 @@ pub struct Service {
     pub settings: Arc<Settings>,
     commands: mpsc::Sender<Command>,
     ready: watch::Receiver<bool>,
+    outbox: dispatch::Outbox,
 }
 
 /// Tasks of a running service, for an orderly stop.
@@ -235,7 +236,7 @@ pub async fn start_with<E: Executor>(
     let dispatcher = tokio::spawn(dispatch::run(
         store.clone(),
         executor,
-        outbox,
+        outbox.clone(),
         commands_tx.clone(),
         shutdown_rx,
     ));
@@ -245,6 +246,7 @@ pub async fn start_with<E: Executor>(
         settings,
         commands: commands_tx,
         ready: ready_rx,
+        outbox,
     };
     service.wait_ready().await;
     Ok(Running {
@@ -263,6 +265,12 @@ impl Service {
     async fn wait_ready(&self) {
         let mut ready = self.ready.clone();
         let _ = ready.wait_for(|r| *r).await;
+    }
+
+    /// Each executor that has been used, and the error of its last delivery if that
+    /// failed (it is unavailable until a delivery succeeds again).
+    pub fn executor_availability(&self) -> Vec<(&'static str, Option<String>)> {
+        self.outbox.availability()
     }
 
     pub fn is_ready(&self) -> bool {
