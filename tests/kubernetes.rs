@@ -406,3 +406,113 @@ fn every_kubernetes_row_ends_with_the_right_class_and_run_state() {
         assert_eq!(run["state"], *state, "{label}: {run:#}");
     }
 }
+
+/// Benchmark, not a test (run it with `cargo test --release --test kubernetes -- --ignored
+/// --nocapture readopt_10k`): 10,000 in-flight Pods re-adopted at start. Prints the time
+/// to ready and the requests it took; asserts only the request counts (no timing).
+#[test]
+#[ignore]
+fn readopt_10k_pods_benchmark() {
+    use scarab::engine::{
+        Attempt, AttemptState, Fence, RunHeader, RunId, RunState, StepState, Timestamp,
+    };
+    use scarab::store::records::{LaunchAction, LaunchRecord, PipelineSource, SourceFormat};
+    const PODS: u64 = 10_000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(&state).expect("state dir");
+    let yaml = format!("name: bench\nsteps:\n{}", kube_step("s", "sleep 600"));
+    let pipeline = scarab::pipeline::parse(&yaml, scarab::pipeline::Format::Yaml)
+        .expect("valid")
+        .pipeline;
+    let action = LaunchAction::from(&pipeline.steps[0].action);
+    let LaunchAction::Kubernetes(template) = &action else {
+        panic!("a kubernetes step")
+    };
+    let store = scarab::store::Store::open(&state.join("scarab.redb")).expect("store");
+    let now = scarab::clock::now();
+    let mut manifests = Vec::new();
+    let mut tx = store.write().expect("write");
+    for i in 0..PODS {
+        let run = RunId(ulid::Ulid::from_parts(now.0 - PODS + i, u128::from(i)).0);
+        let fence = Fence(i + 1);
+        let header = RunHeader {
+            id: run,
+            pipeline_name: "bench".into(),
+            origin: "local".into(),
+            state: RunState::Running,
+            created_at: now,
+            updated_at: now,
+            cancel: None,
+        };
+        tx.put_pipeline(
+            run,
+            &PipelineSource {
+                format: SourceFormat::Yaml,
+                text: yaml.clone(),
+            },
+        )
+        .expect("pipeline");
+        tx.put_run(&header, None).expect("run");
+        tx.put_step(run, 0, &StepState::Active).expect("step");
+        let attempt = Attempt {
+            number: 1,
+            fence,
+            created_at: now,
+            state: AttemptState::Running {
+                confirmed_at: now,
+                backstop_due: Timestamp(now.0 + 3_600_000),
+            },
+            kill: None,
+        };
+        tx.put_attempt(run, 0, &attempt).expect("attempt");
+        let order = LaunchRecord {
+            run,
+            step: 0,
+            step_name: "s".into(),
+            attempt: 1,
+            fence,
+            timeout_ms: 3_600_000,
+            action: action.clone(),
+        };
+        manifests.push(scarab::executor::kubernetes::pod::build(&order, template));
+    }
+    tx.set_fence_next(PODS + 1).expect("fence");
+    tx.commit().expect("commit");
+    drop(store);
+    cluster._runtime.block_on(async {
+        let api = kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(
+            cluster.cluster.client(),
+            "default",
+        );
+        for manifest in &manifests {
+            api.create(&kube::api::PostParams::default(), manifest)
+                .await
+                .expect("create");
+        }
+    });
+    cluster.cluster.clear_request_log();
+    let started = std::time::Instant::now();
+    let server = cluster.serve(dir.path());
+    let ready = started.elapsed();
+    let pages = cluster
+        .cluster
+        .count_requests(&Method::GET, |p| p.ends_with("/pods"));
+    let gets = cluster
+        .cluster
+        .count_requests(&Method::GET, |p| p.contains("/pods/"));
+    let deletes = cluster.cluster.count_requests(&Method::DELETE, |_| true);
+    println!(
+        "re-adopted {PODS} in-flight Pods: ready {} ms after start; {pages} LIST/watch requests, {gets} per-Pod GETs, {deletes} deletes",
+        ready.as_millis()
+    );
+    assert_eq!(gets, 0, "no per-Pod GETs");
+    assert_eq!(deletes, 0, "every Pod belongs to an in-flight attempt");
+    // The start-up LIST and the watch's own listing, each one page per 500 Pods, plus the watch.
+    assert!(
+        pages as u64 <= 2 * PODS.div_ceil(500) + 4,
+        "{pages} list requests"
+    );
+    drop(server);
+}
