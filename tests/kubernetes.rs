@@ -516,3 +516,40 @@ fn readopt_10k_pods_benchmark() {
     );
     drop(server);
 }
+
+#[test]
+fn logs_are_live_while_the_pod_runs_and_archived_after_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    let server = cluster.serve(dir.path());
+    let kubelet = cluster.cluster.kubelet();
+    let id = server.submit(&format!(
+        "name: k\nsteps:\n{}",
+        kube_step("talk", "sleep 600")
+    ));
+    let run = server.wait_for(&id, WITHIN, |run| {
+        attempts(run, 0)
+            .first()
+            .is_some_and(|a| a["state"] == "running")
+    });
+    let name = pod_name(&run, 0);
+    assert!(kubelet.start(&name).is_some());
+    kubelet.append_log(&name, "first\n");
+    let (status, log) = server.get(&format!("/v1/runs/{id}/steps/talk/logs"));
+    assert_eq!(status, 200);
+    assert_eq!(
+        log,
+        serde_json::Value::String("first\n".into()),
+        "live from the API"
+    );
+    kubelet.append_log(&name, "second\n");
+    assert!(kubelet.exit(&name, 0).is_some());
+    server.wait_terminal(&id, WITHIN);
+    let (status, log) = server.get(&format!("/v1/runs/{id}/steps/talk/logs"));
+    assert_eq!(status, 200);
+    assert_eq!(
+        log,
+        serde_json::Value::String("first\nsecond\n".into()),
+        "archived at the verdict"
+    );
+}

@@ -482,7 +482,20 @@ async fn logs(
         return Err(ApiError::new(StatusCode::GONE, message));
     }
     let path = dir.join(file);
-    let (bytes, size) = read_chunk(&path, offset, limit).await.map_err(|e| {
+    let live_pod = match (&run.pipeline.steps[index].action, &state.service.pod_logs) {
+        (crate::pipeline::StepAction::Kubernetes(_), Some(pods)) if attempt.is_in_flight() => {
+            Some((
+                pods,
+                crate::executor::kubernetes::pod::pod_name(run.id(), index, attempt.fence),
+            ))
+        }
+        _ => None,
+    };
+    let chunk = match live_pod {
+        Some((pods, name)) => pod_log_chunk(pods, &name, offset, limit).await,
+        None => read_chunk(&path, offset, limit).await,
+    };
+    let (bytes, size) = chunk.map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("reading log: {e}"),
@@ -531,4 +544,30 @@ async fn read_chunk(
     let mut bytes = Vec::new();
     file.take(limit).read_to_end(&mut bytes).await?;
     Ok((bytes, size))
+}
+
+/// A running Pod's log, read live from the Kubernetes API (a Pod has one stream: its
+/// container's stdout and stderr together).
+async fn pod_log_chunk(
+    pods: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    name: &str,
+    offset: u64,
+    limit: u64,
+) -> std::io::Result<(Vec<u8>, u64)> {
+    let params = kube::api::LogParams {
+        container: Some(crate::executor::kubernetes::pod::CONTAINER.to_string()),
+        limit_bytes: i64::try_from(offset.saturating_add(limit)).ok(),
+        ..kube::api::LogParams::default()
+    };
+    let text = match pods.logs(name, &params).await {
+        Ok(text) => text,
+        // Not started yet, or gone a moment ago: nothing to show (yet).
+        Err(kube::Error::Api(status)) if matches!(status.code, 400 | 404) => String::new(),
+        Err(error) => return Err(std::io::Error::other(error.to_string())),
+    };
+    let bytes = text.into_bytes();
+    let size = bytes.len() as u64;
+    let start = usize::try_from(offset.min(size)).unwrap_or(usize::MAX);
+    let end = usize::try_from(offset.saturating_add(limit).min(size)).unwrap_or(usize::MAX);
+    Ok((bytes[start..end].to_vec(), size))
 }

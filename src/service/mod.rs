@@ -131,6 +131,8 @@ pub struct Service {
     commands: mpsc::Sender<Command>,
     ready: watch::Receiver<bool>,
     outbox: dispatch::Outbox,
+    /// Live logs of running Pod steps (finished ones are archived in the state dir).
+    pub pod_logs: Option<kube::Api<k8s_openapi::api::core::v1::Pod>>,
 }
 
 /// Tasks of a running service, for an orderly stop.
@@ -164,7 +166,11 @@ pub async fn start(
         None => None,
     };
     let kube_settings = settings.kubernetes.clone();
-    start_with(state_dir, settings, move |reports| {
+    let pod_logs = client
+        .clone()
+        .zip(kube_settings.as_ref())
+        .map(|(client, kube)| kube::Api::namespaced(client, &kube.namespace));
+    let mut running = start_with(state_dir, settings, move |reports| {
         let kubernetes = client.zip(kube_settings).map(|(client, kube)| {
             let settings = crate::executor::kubernetes::KubeSettings {
                 namespace: kube.namespace,
@@ -178,7 +184,9 @@ pub async fn start(
             .map_err(|e| StartError::Executor(e.to_string()))?;
         Ok(Executors { local, kubernetes })
     })
-    .await
+    .await?;
+    running.service.pod_logs = pod_logs;
+    Ok(running)
 }
 
 /// A kube client with explicit timeouts, from a kubeconfig file or the in-cluster
@@ -247,6 +255,7 @@ pub async fn start_with<E: Executor>(
         commands: commands_tx,
         ready: ready_rx,
         outbox,
+        pod_logs: None,
     };
     service.wait_ready().await;
     Ok(Running {
