@@ -553,3 +553,62 @@ fn logs_are_live_while_the_pod_runs_and_archived_after_it() {
         "archived at the verdict"
     );
 }
+
+#[test]
+fn kill9_while_pods_succeed_fail_vanish_and_keep_running_judges_each_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    let mut server = cluster.serve(dir.path());
+    let kubelet = cluster.cluster.kubelet();
+    let steps: String = ["ok", "fail", "gone", "still"]
+        .iter()
+        .map(|s| kube_step(s, "sleep 600"))
+        .collect();
+    let id = server.submit(&format!("name: k\nsteps:\n{steps}"));
+    let run = server.wait_for(&id, WITHIN, |run| {
+        (0..4).all(|i| {
+            attempts(run, i)
+                .first()
+                .is_some_and(|a| a["state"] == "running")
+        })
+    });
+    let names: Vec<String> = (0..4).map(|i| pod_name(&run, i)).collect();
+    let before: Vec<u64> = (0..4).map(|i| fences(&run, i)[0]).collect();
+    for name in &names {
+        assert!(kubelet.start(name).is_some());
+    }
+    server.kill9();
+    assert!(kubelet.exit(&names[0], 0).is_some());
+    assert!(kubelet.exit(&names[1], 4).is_some());
+    assert!(kubelet.remove(&names[2]).is_some());
+    server.restart();
+    let run = server.wait_for(&id, WITHIN, |run| {
+        (0..3).all(|i| attempts(run, i)[0]["state"] == "finished")
+    });
+    assert_eq!(
+        attempts(&run, 3)[0]["state"],
+        "running",
+        "the running Pod is adopted, not judged"
+    );
+    assert!(kubelet.exit(&names[3], 0).is_some());
+    let run = server.wait_terminal(&id, WITHIN);
+    let classes: Vec<serde_json::Value> = (0..4)
+        .map(|i| attempts(&run, i)[0]["class"].clone())
+        .collect();
+    assert_eq!(
+        classes,
+        vec![
+            serde_json::Value::Null,
+            "step".into(),
+            "lost".into(),
+            serde_json::Value::Null
+        ],
+        "{run:#}"
+    );
+    for i in 0..4 {
+        assert_eq!(attempts(&run, i).len(), 1, "judged exactly once, no retry");
+        assert_eq!(fences(&run, i)[0], before[i], "fences unchanged");
+    }
+    assert_eq!(cluster.pod_creations(), 4, "no Pod created twice");
+    assert_eq!(run["state"], "dead_lettered");
+}
