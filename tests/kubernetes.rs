@@ -605,9 +605,9 @@ fn kill9_while_pods_succeed_fail_vanish_and_keep_running_judges_each_once() {
         ],
         "{run:#}"
     );
-    for i in 0..4 {
+    for (i, fence) in before.iter().enumerate() {
         assert_eq!(attempts(&run, i).len(), 1, "judged exactly once, no retry");
-        assert_eq!(fences(&run, i)[0], before[i], "fences unchanged");
+        assert_eq!(fences(&run, i)[0], *fence, "fences unchanged");
     }
     assert_eq!(cluster.pod_creations(), 4, "no Pod created twice");
     assert_eq!(run["state"], "dead_lettered");
