@@ -612,3 +612,29 @@ fn kill9_while_pods_succeed_fail_vanish_and_keep_running_judges_each_once() {
     assert_eq!(cluster.pod_creations(), 4, "no Pod created twice");
     assert_eq!(run["state"], "dead_lettered");
 }
+
+#[test]
+fn a_cancel_before_the_pod_exists_means_it_is_never_created() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    cluster.cluster.kubelet().auto(true);
+    let server = cluster.serve(dir.path());
+    cluster.cluster.set_fault(Fault::Unreachable);
+    let id = server.submit(&format!("name: k\nsteps:\n{}", kube_step("a", "sleep 600")));
+    std::thread::sleep(Duration::from_millis(500));
+    let (status, body) = server.request(
+        "POST",
+        &format!("/v1/runs/{id}/cancel"),
+        "application/json",
+        b"",
+        &[],
+    );
+    assert_eq!(status, 202, "{body}");
+    std::thread::sleep(Duration::from_millis(500));
+    cluster.cluster.set_fault(Fault::None);
+    let run = server.wait_terminal(&id, WITHIN);
+    assert_eq!(run["state"], "cancelled", "{run:#}");
+    assert_eq!(attempts(&run, 0)[0]["started"], false);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(cluster.pod_creations(), 0, "the Pod was never created");
+}

@@ -50,6 +50,8 @@ struct State {
     relisting: Option<HashSet<String>>,
     /// True once the watch has listed everything at least once.
     synced: bool,
+    /// Stops requested before the attempt's Pod was created: the launch never creates it.
+    stopped_early: HashMap<Fence, KillReason>,
 }
 
 #[derive(Clone)]
@@ -58,6 +60,8 @@ struct Tracked {
     step: usize,
     fence: Fence,
     kill: Option<KillReason>,
+    /// Did the main container ever start, as of the latest copy judged?
+    started: bool,
 }
 
 impl KubeExecutor {
@@ -181,6 +185,11 @@ impl KubeExecutor {
             crate::clock::now(),
             &self.inner.settings.grace,
         );
+        if judgement.started
+            && let Some(t) = self.lock().tracked.get_mut(name)
+        {
+            t.started = true;
+        }
         if !matches!(
             judgement.verdict,
             PodVerdict::Succeeded | PodVerdict::Failed
@@ -189,6 +198,11 @@ impl KubeExecutor {
         }
         let outcome = match (tracked.kill, judgement.class) {
             (Some(KillReason::Cancel), _) => Outcome::Stopped,
+            // The engine backstop counts from the launch; a Pod stopped before its container
+            // ever ran (a long pull, unschedulable) never started: not a step timeout.
+            (Some(KillReason::Timeout), _) if !judgement.started => {
+                Outcome::Failed(FailureClass::InfraNeverStarted)
+            }
             (Some(KillReason::Timeout), _) => Outcome::Failed(FailureClass::Timeout),
             (None, Some(class)) => Outcome::Failed(class),
             (None, None) => Outcome::Succeeded,
@@ -216,6 +230,9 @@ impl KubeExecutor {
         };
         let outcome = match tracked.kill {
             Some(KillReason::Cancel) => Outcome::Stopped,
+            Some(KillReason::Timeout) if !tracked.started => {
+                Outcome::Failed(FailureClass::InfraNeverStarted)
+            }
             Some(KillReason::Timeout) => Outcome::Failed(FailureClass::Timeout),
             None => Outcome::Failed(FailureClass::Lost),
         };
@@ -247,18 +264,24 @@ impl KubeExecutor {
         self.lock().tracked.insert(name.to_string(), tracked);
     }
 
-    async fn delete(&self, name: &str) {
+    /// Deletes a Pod (gone already is fine). Callers that own an outbox message return
+    /// the error so the message is retried; the others log it.
+    async fn try_delete(&self, name: &str) -> Result<(), ExecutorError> {
         let grace = u32::try_from(self.inner.settings.delete_grace.as_secs()).unwrap_or(u32::MAX);
         let params = DeleteParams {
             grace_period_seconds: Some(grace),
             ..DeleteParams::default()
         };
         match self.inner.api.delete(name, &params).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(error) => {
-                tracing::warn!(pod = name, %error, "deleting a Pod failed; the watch will show it again")
-            }
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(error) => Err(unavailable(&error)),
+        }
+    }
+
+    async fn delete(&self, name: &str) {
+        if let Err(error) = self.try_delete(name).await {
+            tracing::warn!(pod = name, %error, "deleting a Pod failed");
         }
     }
 
@@ -310,6 +333,7 @@ impl KubeExecutor {
             step: usize::from(order.step),
             fence: order.fence,
             kill: None,
+            started: false,
         }
     }
 }
@@ -323,6 +347,29 @@ impl Executor for KubeExecutor {
         let LaunchAction::Kubernetes(template) = &order.action else {
             return Err(ExecutorError::Unavailable("not a kubernetes step".into()));
         };
+        let stopped_early = self.lock().stopped_early.remove(&order.fence);
+        if let Some(reason) = stopped_early {
+            let outcome = match reason {
+                KillReason::Cancel => Outcome::Stopped,
+                KillReason::Timeout => Outcome::Failed(FailureClass::InfraNeverStarted),
+            };
+            let verdict = Verdict {
+                outcome,
+                started: false,
+                reason: "stopped before its Pod was created".into(),
+                exit_code: None,
+                started_at: None,
+                finished_at: crate::clock::now(),
+            };
+            let report = Report {
+                run: order.run,
+                step: usize::from(order.step),
+                fence: order.fence,
+                verdict,
+            };
+            let _ = self.inner.reports.send(report).await;
+            return Ok(());
+        }
         let manifest = pod::build(order, template);
         let name = pod::pod_name(order.run, usize::from(order.step), order.fence);
         match self
@@ -371,14 +418,15 @@ impl Executor for KubeExecutor {
                 .iter_mut()
                 .find(|(_, t)| t.fence == target.fence);
             let Some((name, tracked)) = found else {
+                // Not created yet (its launch is still in the outbox): it never will be.
+                state.stopped_early.insert(target.fence, reason);
                 return Ok(());
             };
             tracked.kill = Some(reason);
             name.clone()
         };
         // The verdict follows from the watch: the Pod ends or disappears.
-        self.delete(&name).await;
-        Ok(())
+        self.try_delete(&name).await
     }
 
     async fn adopt(&self, adoption: &Adoption) -> Result<(), ExecutorError> {
@@ -390,6 +438,7 @@ impl Executor for KubeExecutor {
                 step: adoption.step,
                 fence: adoption.fence,
                 kill: None,
+                started: false,
             },
         );
         let (present, synced) = {
@@ -417,9 +466,21 @@ impl Executor for KubeExecutor {
                 .map(|(name, _)| name.clone())
         };
         if let Some(name) = name {
-            self.delete(&name).await;
+            self.try_delete(&name).await?;
         }
-        Ok(())
+        // The archived logs go with the Pod.
+        let dir = crate::executor::local::files::attempt_dir(
+            &self.inner.settings.attempts_dir,
+            target.fence,
+        );
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(ExecutorError::Io {
+                path: dir.display().to_string(),
+                source,
+            }),
+        }
     }
 
     /// One paged LIST of the managed Pods: each either belongs to an in-flight attempt
