@@ -1034,48 +1034,49 @@ fn check_resources(field: &Field, errors: &mut Errors) -> Option<Resources> {
 /// `{cpu: 500m, memory: 1Gi}`: resource names and quantities as Kubernetes spells them;
 /// the API server has the final word on a quantity's syntax.
 fn check_quantities(field: &Field, errors: &mut Errors) -> Option<Vec<(String, String)>> {
-    let entries = as_map(field, errors)?;
-    let mut valid = entries.len() <= limits::POD_MAP_MAX_ENTRIES;
-    if !valid {
-        errors.at(
-            field,
-            format!("must have at most {} entries", limits::POD_MAP_MAX_ENTRIES),
-        );
-    }
-    let mut quantities = Vec::new();
-    for entry in entries {
-        let value = field.key(&entry.key.name, &entry.value);
-        let name_ok = is_qualified_name(&entry.key.name);
-        if !name_ok {
-            errors.push(
-                value.path.clone(),
-                entry.key.line,
-                "not a valid resource name",
-            );
-        }
-        let quantity = as_str(&value, errors).filter(|q| {
-            let ok = !q.is_empty()
-                && q.len() <= 64
-                && q.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '+' || c == '-');
-            if !ok {
-                errors.at(
-                    &value,
-                    "must be a quantity such as \"500m\", \"2\" or \"1Gi\"",
-                );
-            }
-            ok
-        });
-        match (name_ok, quantity) {
-            (true, Some(q)) => quantities.push((entry.key.name.clone(), q.to_owned())),
-            _ => valid = false,
-        }
-    }
-    valid.then_some(quantities)
+    let quantity = |q: &str| {
+        !q.is_empty()
+            && q.len() <= 64
+            && q.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '+' | '-'))
+    };
+    check_pairs(
+        field,
+        (is_qualified_name, "not a valid resource name"),
+        (
+            quantity,
+            "must be a quantity such as \"500m\", \"2\" or \"1Gi\"",
+        ),
+        errors,
+    )
 }
 
 /// `node_selector`: label keys (`[prefix/]name`) and values as Kubernetes allows them.
 fn check_label_map(field: &Field, errors: &mut Errors) -> Option<Vec<(String, String)>> {
+    check_pairs(
+        field,
+        (
+            is_label_key,
+            "not a valid label key ([prefix/]name, name at most 63 characters)",
+        ),
+        (
+            is_label_value,
+            "not a valid label value (at most 63 characters of [A-Za-z0-9_.-], alphanumeric at both ends)",
+        ),
+        errors,
+    )
+}
+
+type PairCheck<'c> = (fn(&str) -> bool, &'c str);
+
+/// A bounded string-to-string mapping whose keys and values each pass a check; every bad
+/// key and value is reported.
+fn check_pairs(
+    field: &Field,
+    (key_ok, key_problem): PairCheck,
+    (value_ok, value_problem): (impl Fn(&str) -> bool, &str),
+    errors: &mut Errors,
+) -> Option<Vec<(String, String)>> {
     let entries = as_map(field, errors)?;
     let mut valid = entries.len() <= limits::POD_MAP_MAX_ENTRIES;
     if !valid {
@@ -1084,30 +1085,26 @@ fn check_label_map(field: &Field, errors: &mut Errors) -> Option<Vec<(String, St
             format!("must have at most {} entries", limits::POD_MAP_MAX_ENTRIES),
         );
     }
-    let mut labels = Vec::new();
+    let mut pairs = Vec::new();
     for entry in entries {
         let value = field.key(&entry.key.name, &entry.value);
-        let key_ok = is_label_key(&entry.key.name);
-        if !key_ok {
-            errors.push(
-                value.path.clone(),
-                entry.key.line,
-                "not a valid label key ([prefix/]name, name at most 63 characters)",
-            );
+        let key_valid = key_ok(&entry.key.name);
+        if !key_valid {
+            errors.push(value.path.clone(), entry.key.line, key_problem);
         }
         let text = as_str(&value, errors).filter(|v| {
-            let ok = is_label_value(v);
+            let ok = value_ok(v);
             if !ok {
-                errors.at(&value, "not a valid label value (at most 63 characters of [A-Za-z0-9_.-], alphanumeric at both ends)");
+                errors.at(&value, value_problem);
             }
             ok
         });
-        match (key_ok, text) {
-            (true, Some(v)) => labels.push((entry.key.name.clone(), v.to_owned())),
+        match (key_valid, text) {
+            (true, Some(v)) => pairs.push((entry.key.name.clone(), v.to_owned())),
             _ => valid = false,
         }
     }
-    valid.then_some(labels)
+    valid.then_some(pairs)
 }
 
 fn check_dns_subdomain(field: &Field, errors: &mut Errors) -> Option<String> {

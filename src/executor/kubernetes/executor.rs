@@ -309,9 +309,10 @@ impl KubeExecutor {
         }
     }
 
-    async fn report_now(&self, order: &LaunchRecord, class: FailureClass, reason: String) {
+    /// Reports a launch that never produced a running Pod.
+    async fn report_now(&self, order: &LaunchRecord, outcome: Outcome, reason: String) {
         let verdict = Verdict {
-            outcome: Outcome::Failed(class),
+            outcome,
             started: false,
             reason,
             exit_code: None,
@@ -353,21 +354,8 @@ impl Executor for KubeExecutor {
                 KillReason::Cancel => Outcome::Stopped,
                 KillReason::Timeout => Outcome::Failed(FailureClass::InfraNeverStarted),
             };
-            let verdict = Verdict {
-                outcome,
-                started: false,
-                reason: "stopped before its Pod was created".into(),
-                exit_code: None,
-                started_at: None,
-                finished_at: crate::clock::now(),
-            };
-            let report = Report {
-                run: order.run,
-                step: usize::from(order.step),
-                fence: order.fence,
-                verdict,
-            };
-            let _ = self.inner.reports.send(report).await;
+            self.report_now(order, outcome, "stopped before its Pod was created".into())
+                .await;
             return Ok(());
         }
         let manifest = pod::build(order, template);
@@ -393,14 +381,16 @@ impl Executor for KubeExecutor {
                 {
                     let reason =
                         format!("a Pod named {name} exists but belongs to another attempt");
-                    self.report_now(order, FailureClass::Config, reason).await;
+                    self.report_now(order, Outcome::Failed(FailureClass::Config), reason)
+                        .await;
                     return Ok(());
                 }
                 self.lock().pods.insert(name.clone(), existing);
             }
             Err(kube::Error::Api(status)) if status.code == 422 => {
                 let reason = format!("Pod rejected by the API server: {}", status.message);
-                self.report_now(order, FailureClass::Config, reason).await;
+                self.report_now(order, Outcome::Failed(FailureClass::Config), reason)
+                    .await;
                 return Ok(());
             }
             Err(error) => return Err(unavailable(&error)),

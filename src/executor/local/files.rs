@@ -164,3 +164,11 @@ pub fn supervisor_holds_lock(dir: &Path) -> io::Result<bool> {
         Err(e) => Err(e.into()),
     }
 }
+
+/// Removes an attempt directory with everything in it; a missing one is fine.
+pub fn remove_attempt_dir(dir: &Path) -> io::Result<()> {
+    match fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}

@@ -370,14 +370,10 @@ impl Executor for LocalExecutor {
                 "attempt {fence} is still supervised"
             )));
         }
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(ExecutorError::Io {
-                path: dir.display().to_string(),
-                source,
-            }),
-        }
+        files::remove_attempt_dir(&dir).map_err(|source| ExecutorError::Io {
+            path: dir.display().to_string(),
+            source,
+        })
     }
 
     /// Attempt directories whose fence this store never minted (at or above
