@@ -638,3 +638,104 @@ fn a_cancel_before_the_pod_exists_means_it_is_never_created() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(cluster.pod_creations(), 0, "the Pod was never created");
 }
+
+#[test]
+fn an_exhausted_launch_dead_letters_the_run_and_a_requeue_completes_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    cluster.cluster.kubelet().auto(true);
+    let kubeconfig = cluster.cluster.kubeconfig(dir.path());
+    let kubeconfig = kubeconfig.to_str().expect("utf-8").to_string();
+    let args = [
+        "--kubeconfig",
+        &kubeconfig,
+        "--kube-namespace",
+        "default",
+        "--max-deliveries",
+        "2",
+    ];
+    let server = Server::start_with(&dir.path().join("state"), &args);
+    cluster.cluster.set_fault(Fault::Forbidden);
+    let id = server.submit(&format!(
+        "name: k\nsteps:\n{}{}",
+        kube_step("a", "exit 0"),
+        "  - name: b\n    needs: [a]\n    run: ['true']\n"
+    ));
+    let run = server.wait_terminal(&id, WITHIN);
+    assert_eq!(run["state"], "dead_lettered", "{run:#}");
+    assert_eq!(
+        run["failure_classification"]["category"], "executor_unavailable",
+        "{run:#}"
+    );
+    assert_eq!(run["failure_classification"]["auto_retryable"], false);
+    assert_eq!(run["steps"][0]["reason"], "ExecutorUnavailable");
+    assert_eq!(run["steps"][1]["state"], "skipped");
+    let fence = fences(&run, 0);
+    let (status, dlq) = server.get("/v1/dlq");
+    assert_eq!(status, 200, "{dlq}");
+    let letters = dlq["dead_letters"].as_array().expect("list").clone();
+    assert_eq!(letters.len(), 1, "{dlq}");
+    assert_eq!(letters[0]["kind"], "launch");
+    assert_eq!(letters[0]["category"], "executor_unavailable");
+    assert_eq!(letters[0]["deliveries"], 2);
+    assert!(
+        letters[0]["last_error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("403")
+            || letters[0]["last_error"]
+                .as_str()
+                .unwrap_or("")
+                .to_lowercase()
+                .contains("forbidden"),
+        "{dlq}"
+    );
+    let letter = letters[0]["id"].as_u64().expect("id");
+    let (status, body) = server.request(
+        "POST",
+        &format!("/v1/dlq/{letter}/discard"),
+        "application/json",
+        b"{}",
+        &[],
+    );
+    assert_eq!(status, 400, "discard needs a reason: {body}");
+    assert_eq!(body["field"], "reason");
+
+    cluster.cluster.set_fault(Fault::None);
+    let (status, body) = server.request(
+        "POST",
+        &format!("/v1/dlq/{letter}/requeue"),
+        "application/json",
+        br#"{"by":"ops"}"#,
+        &[],
+    );
+    assert_eq!(status, 202, "{body}");
+    let run = server.wait_terminal(&id, WITHIN);
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    assert_eq!(
+        fences(&run, 0),
+        fence,
+        "the same attempt was launched again"
+    );
+    let (_, dlq) = server.get("/v1/dlq");
+    assert_eq!(dlq["dead_letters"].as_array().map(Vec::len), Some(0));
+    let (status, _) = server.request(
+        "POST",
+        &format!("/v1/dlq/{letter}/requeue"),
+        "application/json",
+        b"",
+        &[],
+    );
+    assert_eq!(status, 404, "already requeued");
+    let (_, history) = server.get(&format!("/v1/runs/{id}/history"));
+    let kinds: Vec<&str> = history["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["kind"].as_str())
+        .collect();
+    assert!(
+        kinds.contains(&"message_dead_lettered") && kinds.contains(&"dlq_requeued"),
+        "{kinds:?}"
+    );
+}

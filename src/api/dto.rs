@@ -167,3 +167,27 @@ fn attempt_dto(attempt: &Attempt) -> AttemptDto {
         kill_requested: attempt.kill.map(|k| k.as_str()),
     }
 }
+
+/// A dead letter as operators see it.
+pub fn dead_letter(letter: &crate::store::records::DeadLetter) -> serde_json::Value {
+    use crate::store::records::OutboxPayload;
+    let message = &letter.message;
+    let (step, fence) = match &message.payload {
+        OutboxPayload::Launch(launch) => (Some(launch.step_name.clone()), launch.fence.0),
+        OutboxPayload::Kill { fence, .. } => (None, fence.0),
+        OutboxPayload::CleanUp { fence, .. } => (None, fence.0),
+    };
+    serde_json::json!({
+        "id": message.id,
+        "kind": message.payload.kind(),
+        "run": message.payload.run().to_string(),
+        "step": step,
+        "fence": fence,
+        "category": letter.category.as_str(),
+        "deliveries": message.delivery_attempts,
+        "max_deliveries": message.max_deliveries,
+        "last_error": message.last_error,
+        "created_at": rfc3339(message.created_at),
+        "dead_at": rfc3339(letter.dead_at),
+    })
+}

@@ -36,6 +36,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/runs/{id}/history", get(history))
         .route("/runs/{id}/cancel", post(cancel))
         .route("/runs/{id}/steps/{step}/logs", get(logs))
+        .route("/dlq", get(list_dead_letters))
+        .route("/dlq/{id}", get(show_dead_letter))
+        .route("/dlq/{id}/requeue", post(requeue_dead_letter))
+        .route("/dlq/{id}/discard", post(discard_dead_letter))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -570,4 +574,141 @@ async fn pod_log_chunk(
     let start = usize::try_from(offset.min(size)).unwrap_or(usize::MAX);
     let end = usize::try_from(offset.saturating_add(limit).min(size)).unwrap_or(usize::MAX);
     Ok((bytes[start..end].to_vec(), size))
+}
+
+// --- The dead-letter queue ---------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct DlqQuery {
+    after: Option<u64>,
+    limit: Option<usize>,
+}
+
+async fn list_dead_letters(
+    State(state): State<ApiState>,
+    query: Result<Query<DlqQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let query = query_params(query)?;
+    let limit = query.limit.unwrap_or(limits::API_PAGE_DEFAULT);
+    if limit == 0 || limit > limits::API_PAGE_MAX {
+        let message = format!("must be 1..={}", limits::API_PAGE_MAX);
+        return Err(ApiError::field(StatusCode::BAD_REQUEST, "limit", message));
+    }
+    let letters = state
+        .service
+        .store
+        .read()?
+        .dead_letters(query.after, limit)?;
+    let next = (letters.len() == limit)
+        .then(|| letters.last().map(|l| l.message.id))
+        .flatten();
+    let letters: Vec<_> = letters.iter().map(dto::dead_letter).collect();
+    Ok(Json(json!({"dead_letters": letters, "next_after": next})).into_response())
+}
+
+fn parse_letter_id(id: &str) -> Result<u64, ApiError> {
+    id.parse().map_err(|_| {
+        ApiError::field(
+            StatusCode::BAD_REQUEST,
+            "id",
+            "a dead letter id is a number",
+        )
+    })
+}
+
+async fn show_dead_letter(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = parse_letter_id(&id)?;
+    let letter = state
+        .service
+        .store
+        .read()?
+        .dead_letter(id)?
+        .ok_or_else(|| {
+            ApiError::new(StatusCode::NOT_FOUND, format!("dead letter {id} not found"))
+        })?;
+    Ok(Json(dto::dead_letter(&letter)).into_response())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct DlqAction {
+    by: Option<String>,
+    reason: Option<String>,
+}
+
+fn dlq_action(body: Result<Bytes, BytesRejection>) -> Result<DlqAction, ApiError> {
+    let body = body.map_err(|r| ApiError::new(r.status(), r.body_text()))?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(DlqAction::default());
+    }
+    serde_json::from_slice(&body).map_err(|e| {
+        ApiError::field(
+            StatusCode::BAD_REQUEST,
+            "body",
+            format!("invalid JSON: {e}"),
+        )
+    })
+}
+
+fn dlq_error(error: crate::service::DlqError) -> ApiError {
+    use crate::service::DlqError;
+    let status = match &error {
+        DlqError::NotFound(_) => StatusCode::NOT_FOUND,
+        DlqError::Rejected(_) => StatusCode::CONFLICT,
+        DlqError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        DlqError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    ApiError::new(status, error.to_string())
+}
+
+async fn requeue_dead_letter(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let id = parse_letter_id(&id)?;
+    let action = dlq_action(body)?;
+    let by = limits::clip(
+        action.by.as_deref().unwrap_or("api"),
+        limits::ORIGIN_MAX_BYTES,
+    );
+    state.service.requeue(id, by).await.map_err(dlq_error)?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"id": id, "requeued": true})),
+    )
+        .into_response())
+}
+
+async fn discard_dead_letter(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let id = parse_letter_id(&id)?;
+    let action = dlq_action(body)?;
+    let reason = action
+        .reason
+        .filter(|r| !r.trim().is_empty())
+        .ok_or_else(|| {
+            ApiError::field(
+                StatusCode::BAD_REQUEST,
+                "reason",
+                "discarding needs a reason",
+            )
+        })?;
+    let by = limits::clip(
+        action.by.as_deref().unwrap_or("api"),
+        limits::ORIGIN_MAX_BYTES,
+    );
+    let reason = limits::clip(&reason, limits::REASON_MAX_BYTES);
+    state
+        .service
+        .discard(id, by, reason)
+        .await
+        .map_err(dlq_error)?;
+    Ok((StatusCode::OK, Json(json!({"id": id, "discarded": true}))).into_response())
 }

@@ -350,3 +350,73 @@ pub fn cancel(args: &ClientArgs, run: &str) -> anyhow::Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+pub fn dlq_list(args: &ClientArgs, after: Option<u64>, limit: usize) -> anyhow::Result<ExitCode> {
+    let client = Client::new(args)?;
+    let mut path = format!("/v1/dlq?limit={limit}");
+    if let Some(after) = after {
+        path.push_str(&format!("&after={after}"));
+    }
+    let answer = client.get(&path)?;
+    if !answer.ok() {
+        return fail(&answer);
+    }
+    let value = answer.json()?;
+    if let Output::Json = args.output {
+        print_json(&value)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<8} {:<8} {:<28} {:<22} {:>10}  LAST ERROR",
+        "ID", "KIND", "RUN", "CATEGORY", "DELIVERIES"
+    );
+    for letter in value["dead_letters"].as_array().into_iter().flatten() {
+        println!(
+            "{:<8} {:<8} {:<28} {:<22} {:>10}  {}",
+            letter["id"],
+            letter["kind"].as_str().unwrap_or(""),
+            letter["run"].as_str().unwrap_or(""),
+            letter["category"].as_str().unwrap_or(""),
+            letter["deliveries"],
+            letter["last_error"].as_str().unwrap_or("")
+        );
+    }
+    if let Some(next) = value["next_after"].as_u64() {
+        println!("(more: --after {next})");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn dlq_show(args: &ClientArgs, id: u64) -> anyhow::Result<ExitCode> {
+    let client = Client::new(args)?;
+    let answer = client.get(&format!("/v1/dlq/{id}"))?;
+    if !answer.ok() {
+        return fail(&answer);
+    }
+    print_json(&answer.json()?)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn dlq_action(
+    args: &ClientArgs,
+    id: u64,
+    action: &str,
+    reason: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let client = Client::new(args)?;
+    let body = serde_json::json!({"by": "cli", "reason": reason}).to_string();
+    let answer = client.post(
+        &format!("/v1/dlq/{id}/{action}"),
+        "application/json",
+        body.as_bytes(),
+        &[],
+    )?;
+    if !answer.ok() {
+        return fail(&answer);
+    }
+    match args.output {
+        Output::Json => print_json(&answer.json()?)?,
+        Output::Table => println!("dead letter {id}: {action} done"),
+    }
+    Ok(ExitCode::SUCCESS)
+}

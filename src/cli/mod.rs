@@ -78,6 +78,9 @@ pub struct EngineArgs {
     /// Grace between SIGTERM and SIGKILL when Scarab stops a step.
     #[arg(long, env = "SCARAB_KILL_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]
     kill_grace: Duration,
+    /// Deliveries of one outbox message before it is dead-lettered.
+    #[arg(long, env = "SCARAB_MAX_DELIVERIES", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    max_deliveries: u32,
     /// How long a finished run's step logs and attempt directories are kept.
     #[arg(long, env = "SCARAB_LOG_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
     log_retention: Duration,
@@ -111,6 +114,7 @@ impl EngineArgs {
         settings.engine.infra_retries = self.infra_retries;
         settings.kill_grace = self.kill_grace;
         settings.log_retention = self.log_retention;
+        settings.max_deliveries = self.max_deliveries;
         if self.kubeconfig.is_some() || self.kube_in_cluster {
             settings.kubernetes = Some(crate::service::KubernetesSettings {
                 kubeconfig: self.kubeconfig.clone(),
@@ -126,6 +130,27 @@ impl EngineArgs {
         }
         settings
     }
+}
+
+#[derive(Subcommand)]
+enum DlqCommand {
+    /// List dead letters, oldest first.
+    List {
+        #[arg(long)]
+        after: Option<u64>,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// Show one dead letter.
+    Show { id: u64 },
+    /// Put it back in the outbox with a fresh delivery budget (its run resumes).
+    Requeue { id: u64 },
+    /// Drop it for good; the reason is recorded in the run's history.
+    Discard {
+        id: u64,
+        #[arg(long)]
+        reason: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -209,6 +234,13 @@ enum Command {
         /// Keep printing until the attempt finishes.
         #[arg(short, long)]
         follow: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// The dead-letter queue: messages whose deliveries were exhausted.
+    Dlq {
+        #[command(subcommand)]
+        action: DlqCommand,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -306,6 +338,14 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             client,
         } => client::logs(&client, &run, &step, &stream, attempt, follow),
         Command::Cancel { run, client } => client::cancel(&client, &run),
+        Command::Dlq { action, client } => match action {
+            DlqCommand::List { after, limit } => client::dlq_list(&client, after, limit),
+            DlqCommand::Show { id } => client::dlq_show(&client, id),
+            DlqCommand::Requeue { id } => client::dlq_action(&client, id, "requeue", None),
+            DlqCommand::Discard { id, reason } => {
+                client::dlq_action(&client, id, "discard", Some(&reason))
+            }
+        },
         Command::Bench {
             dir,
             quick,

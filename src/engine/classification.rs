@@ -3,6 +3,7 @@
 //! Computed from the stored attempts, so every surface (API list and detail, CLI,
 //! history) shows the same answer.
 
+use super::Undelivered;
 use super::class::FailureClass;
 use super::state::{Run, RunState, StepState};
 
@@ -52,9 +53,22 @@ fn first_failure(run: &Run) -> Option<FailureClassification> {
     let attempt = run.steps[step].attempts.last()?;
     let verdict = attempt.verdict()?;
     let class = verdict.class()?;
+    // A delivery the outbox gave up on is its own category, whatever the attempt's class.
+    let undelivered = match &run.steps[step].state {
+        StepState::DeadLettered { reason }
+            if reason == Undelivered::ExecutorUnavailable.reason() =>
+        {
+            Some("executor_unavailable")
+        }
+        StepState::DeadLettered { reason } if reason == Undelivered::OutboxPoison.reason() => {
+            Some("outbox_poison")
+        }
+        _ => None,
+    };
     Some(FailureClassification {
-        category: class.as_str(),
-        auto_retryable: class == FailureClass::InfraNeverStarted
+        category: undelivered.unwrap_or(class.as_str()),
+        auto_retryable: undelivered.is_none()
+            && class == FailureClass::InfraNeverStarted
             && run.header.origin == LOCAL_ORIGIN,
         step: Some(run.pipeline.steps[step].name.clone()),
         reason: verdict.reason.clone(),

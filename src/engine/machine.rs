@@ -18,6 +18,8 @@ use crate::pipeline::Pipeline;
 pub enum RejectedInput {
     #[error("run is already {0}")]
     RunTerminal(&'static str),
+    #[error("the step's last attempt is not a dead-lettered launch with that fence")]
+    NotRequeueable,
 }
 
 pub struct Engine {
@@ -92,6 +94,14 @@ impl Engine {
                 self.on_backstop(run, step, fence, now, &mut effects)
             }
             Input::Cancel { by } => on_cancel(run, by, now, &mut effects)?,
+            Input::Undeliverable {
+                step,
+                fence,
+                launch,
+                reason,
+                detail,
+            } => on_undeliverable(run, step, fence, launch, reason, detail, now, &mut effects),
+            Input::Requeue { step, fence } => on_requeue(run, step, fence, &mut effects)?,
         }
         self.advance(run, fences, now, &mut effects);
         Ok(effects)
@@ -376,6 +386,98 @@ impl Engine {
         });
         set_step_state(run, step, StepState::Active, effects);
     }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn on_undeliverable(
+    run: &mut Run,
+    step: usize,
+    fence: super::Fence,
+    launch: bool,
+    reason: super::Undelivered,
+    detail: String,
+    now: Timestamp,
+    effects: &mut Effects,
+) {
+    let Some((index, attempt)) = attempt_by_fence(run, step, fence) else {
+        return;
+    };
+    if !attempt.is_in_flight() {
+        return;
+    }
+    if let AttemptState::Running { backstop_due, .. } = attempt.state {
+        effects.intents.push(Intent::CancelTimer {
+            due: backstop_due,
+            timer: Timer::Backstop { step, fence },
+        });
+    }
+    // An undelivered launch never started anything; an undelivered kill leaves a process
+    // that may still run, with no verdict to be had.
+    let (class, started) = if launch {
+        (super::FailureClass::InfraNeverStarted, false)
+    } else {
+        (super::FailureClass::Lost, true)
+    };
+    let verdict = Verdict {
+        outcome: Outcome::Failed(class),
+        started,
+        reason: detail,
+        exit_code: None,
+        started_at: None,
+        finished_at: now,
+    };
+    effects.events.push(Event::AttemptFinished {
+        step,
+        attempt: attempt.number,
+        fence,
+        class: Some(class),
+        reason: verdict.reason.clone(),
+    });
+    attempt.state = AttemptState::Finished(verdict);
+    effects.attempt_changed(step, index);
+    let next = if run.header.cancel.is_some() {
+        StepState::Cancelled
+    } else {
+        StepState::DeadLettered {
+            reason: reason.reason().to_string(),
+        }
+    };
+    set_step_state(run, step, next, effects);
+}
+
+/// Puts a dead-lettered launch back: the same attempt (same fence) is launching again,
+/// steps skipped because of it may run, and the run is in progress again.
+fn on_requeue(
+    run: &mut Run,
+    step: usize,
+    fence: super::Fence,
+    effects: &mut Effects,
+) -> Result<(), super::RejectedInput> {
+    let requeueable = run.steps.get(step).is_some_and(|progress| {
+        let undelivered = matches!(&progress.state, StepState::DeadLettered { reason }
+            if reason == super::Undelivered::ExecutorUnavailable.reason()
+                || reason == super::Undelivered::OutboxPoison.reason());
+        let last = progress.attempts.last().is_some_and(|a| a.fence == fence);
+        undelivered && last && run.header.cancel.is_none()
+    });
+    if !requeueable {
+        return Err(super::RejectedInput::NotRequeueable);
+    }
+    let index = run.steps[step].attempts.len() - 1;
+    run.steps[step].attempts[index].state = AttemptState::Launching;
+    effects.attempt_changed(step, index);
+    set_step_state(run, step, StepState::Active, effects);
+    // Steps skipped because of it are reconsidered; `advance` skips again whatever still
+    // cannot run.
+    for other in 0..run.steps.len() {
+        if run.steps[other].state == StepState::Skipped {
+            set_step_state(run, other, StepState::Pending, effects);
+        }
+    }
+    if run.header.state.is_terminal() {
+        set_run_state(run, RunState::Queued, effects);
+    }
+    Ok(())
 }
 
 fn on_cancel(

@@ -70,6 +70,36 @@ pub enum Input {
     Cancel {
         by: String,
     },
+    /// The outbox gave up delivering this attempt's launch (or kill): no verdict can come.
+    Undeliverable {
+        step: usize,
+        fence: Fence,
+        launch: bool,
+        reason: Undelivered,
+        detail: String,
+    },
+    /// An operator put a dead-lettered launch back: the same attempt is launched again.
+    Requeue {
+        step: usize,
+        fence: Fence,
+    },
+}
+
+/// Why the outbox gave up (the step's terminal reason and the run's category).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Undelivered {
+    ExecutorUnavailable,
+    OutboxPoison,
+}
+
+impl Undelivered {
+    /// The step's terminal reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Undelivered::ExecutorUnavailable => "ExecutorUnavailable",
+            Undelivered::OutboxPoison => "OutboxPoison",
+        }
+    }
 }
 
 /// A durable timer's meaning. Its identity (for deletion) is `(due, run, timer)`.

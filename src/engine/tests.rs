@@ -562,3 +562,66 @@ fn launches(intents: &[Intent]) -> Vec<usize> {
         })
         .collect()
 }
+
+#[test]
+fn an_undeliverable_launch_dead_letters_and_a_requeue_relaunches_the_same_attempt() {
+    let mut sim = Sim::new(vec![step("a", &[], None), step("b", &[0], None)]);
+    let fence = sim.current_fence(0);
+    sim.input(Input::Undeliverable {
+        step: 0,
+        fence,
+        launch: true,
+        reason: Undelivered::ExecutorUnavailable,
+        detail: "launch dead-lettered".into(),
+    });
+    assert_eq!(sim.run.header.state, RunState::DeadLettered);
+    assert_eq!(sim.run.steps[1].state, StepState::Skipped);
+    let classification = classify_run(&sim.run).expect("classified");
+    assert_eq!(classification.category, "executor_unavailable");
+    assert!(
+        !classification.auto_retryable,
+        "an unavailable executor is never auto-retried"
+    );
+    assert_eq!(
+        sim.engine.handle(
+            &mut sim.run,
+            &mut sim.fences,
+            Input::Requeue {
+                step: 0,
+                fence: Fence(999)
+            },
+            sim.now
+        ),
+        Err(RejectedInput::NotRequeueable),
+        "only the dead-lettered attempt's own fence"
+    );
+    let before = sim.fences.next_value();
+    sim.input(Input::Requeue { step: 0, fence });
+    assert_eq!(sim.run.header.state, RunState::Queued);
+    assert_eq!(sim.run.steps[0].attempts.len(), 1, "the same attempt");
+    assert_eq!(sim.run.steps[0].attempts[0].state, AttemptState::Launching);
+    assert_eq!(sim.fences.next_value(), before, "no fence minted");
+    assert_eq!(
+        sim.run.steps[1].state,
+        StepState::Pending,
+        "its dependents may run again"
+    );
+    sim.finish(0, Outcome::Succeeded);
+    sim.finish(1, Outcome::Succeeded);
+    assert_eq!(sim.run.header.state, RunState::Succeeded);
+}
+
+#[test]
+fn a_failed_step_cannot_be_requeued() {
+    let mut sim = Sim::new(vec![step("a", &[], None)]);
+    let fence = sim.current_fence(0);
+    sim.finish(0, Outcome::Failed(FailureClass::Step));
+    let rejected = sim.engine.handle(
+        &mut sim.run,
+        &mut sim.fences,
+        Input::Requeue { step: 0, fence },
+        sim.now,
+    );
+    assert_eq!(rejected, Err(RejectedInput::NotRequeueable));
+    assert_eq!(sim.run.header.state, RunState::Failed);
+}

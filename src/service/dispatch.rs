@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore, mpsc, watch};
 
-use super::Command;
+use super::{Command, DeliveryFailure};
 use crate::clock;
 use crate::executor::{Executor, Target};
 use crate::limits;
@@ -48,9 +48,9 @@ impl Outbox {
         list
     }
 
-    fn record(&self, executor: &'static str, result: &Result<(), String>) {
+    fn record(&self, executor: &'static str, result: &Result<(), DeliveryFailure>) {
         if let Ok(mut map) = self.inner.availability.lock() {
-            map.insert(executor, result.as_ref().err().cloned());
+            map.insert(executor, result.as_ref().err().map(|f| f.error.clone()));
         }
     }
 
@@ -136,7 +136,7 @@ pub async fn run<E: Executor>(
                 let result = deliver(&executor, &message).await;
                 outbox.record(executor_of(&message.payload), &result);
                 if let Err(error) = &result {
-                    tracing::warn!(message = message.id, kind = message.payload.kind(), %error, "outbox delivery failed");
+                    tracing::warn!(message = message.id, kind = message.payload.kind(), error = %error.error, "outbox delivery failed");
                 }
                 let _ = commands
                     .send(Command::Delivered {
@@ -183,7 +183,10 @@ fn still_due(store: &Store, id: u64, now: crate::engine::Timestamp) -> bool {
     }
 }
 
-async fn deliver<E: Executor>(executor: &E, message: &OutboxMessage) -> Result<(), String> {
+async fn deliver<E: Executor>(
+    executor: &E,
+    message: &OutboxMessage,
+) -> Result<(), DeliveryFailure> {
     let result = match &message.payload {
         OutboxPayload::Launch(launch) => executor.launch(launch).await,
         OutboxPayload::Kill {
@@ -210,5 +213,8 @@ async fn deliver<E: Executor>(executor: &E, message: &OutboxMessage) -> Result<(
             executor.clean_up(target).await
         }
     };
-    result.map_err(|e| limits::clip(&e.to_string(), limits::OUTBOX_ERROR_MAX_BYTES))
+    result.map_err(|e| DeliveryFailure {
+        unavailable: matches!(e, crate::executor::ExecutorError::Unavailable(_)),
+        error: limits::clip(&e.to_string(), limits::OUTBOX_ERROR_MAX_BYTES),
+    })
 }

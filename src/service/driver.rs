@@ -11,18 +11,18 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::dispatch::{Outbox, redelivery_delay};
-use super::{Command, Settings, history};
+use super::{Command, DeliveryFailure, Settings, history};
 use crate::clock;
 use crate::engine::{
     Effects, Engine, FenceCounter, Input, Intent, RejectedInput, Run, RunId, RunState, Timer,
-    Timestamp,
+    Timestamp, Undelivered,
 };
 use crate::executor::{Adoption, Executor, Report};
 use crate::limits;
 use crate::pipeline::{self, Format, Pipeline};
 use crate::store::records::{
-    ExecutorKind, LaunchAction, LaunchRecord, OutboxMessage, OutboxPayload, PipelineSource,
-    SourceFormat, StoredRun, TimerKey, TimerKind,
+    DeadLetter, DeadLetterCategory, ExecutorKind, HistoryRecord, LaunchAction, LaunchRecord,
+    OutboxMessage, OutboxPayload, PipelineSource, SourceFormat, StoredRun, TimerKey, TimerKind,
 };
 use crate::store::{Store, StoreError, WriteTx};
 
@@ -37,6 +37,18 @@ pub struct Submitted {
 pub enum SubmitError {
     #[error("Idempotency-Key already names run {0}, submitted with a different pipeline")]
     IdempotencyConflict(RunId),
+    #[error("{0}")]
+    Store(String),
+    #[error("the service is shutting down")]
+    ShuttingDown,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DlqError {
+    #[error("dead letter {0} not found")]
+    NotFound(u64),
+    #[error("cannot requeue: {0}")]
+    Rejected(String),
     #[error("{0}")]
     Store(String),
     #[error("the service is shutting down")]
@@ -85,6 +97,7 @@ enum Reply {
         oneshot::Sender<Result<(), CancelError>>,
         Result<(), CancelError>,
     ),
+    Dlq(oneshot::Sender<Result<(), DlqError>>, Result<(), DlqError>),
 }
 
 #[derive(Default)]
@@ -289,6 +302,9 @@ impl<E: Executor> Driver<E> {
                 Reply::Cancel(to, result) => {
                     let _ = to.send(result);
                 }
+                Reply::Dlq(to, result) => {
+                    let _ = to.send(result);
+                }
             }
         }
         for fence in &batch.recorded_launches {
@@ -316,6 +332,9 @@ impl<E: Executor> Driver<E> {
                 }
                 Reply::Cancel(to, _) => {
                     let _ = to.send(Err(CancelError::Store(error.to_string())));
+                }
+                Reply::Dlq(to, _) => {
+                    let _ = to.send(Err(DlqError::Store(error.to_string())));
                 }
             }
         }
@@ -412,6 +431,19 @@ impl<E: Executor> Driver<E> {
                 let result = self.cancel(tx, run, by, now, batch)?;
                 batch.replies.push(Reply::Cancel(reply, result));
             }
+            Command::Requeue { id, by, reply } => {
+                let result = self.requeue(tx, id, by, now, batch)?;
+                batch.replies.push(Reply::Dlq(reply, result));
+            }
+            Command::Discard {
+                id,
+                by,
+                reason,
+                reply,
+            } => {
+                let result = self.discard(tx, id, by, reason, now)?;
+                batch.replies.push(Reply::Dlq(reply, result));
+            }
             Command::Delivered { message, result } => {
                 self.on_delivered(tx, message, result, now, batch)?
             }
@@ -491,7 +523,7 @@ impl<E: Executor> Driver<E> {
         &mut self,
         tx: &mut WriteTx,
         id: u64,
-        result: Result<(), String>,
+        result: Result<(), DeliveryFailure>,
         now: Timestamp,
         batch: &mut Batch,
     ) -> Result<(), StoreError> {
@@ -515,18 +547,164 @@ impl<E: Executor> Driver<E> {
                     }
                 }
             }
-            Err(error) => {
+            Err(failure) => {
                 let Some(mut message) = tx.outbox_get(id)? else {
                     return Ok(());
                 };
                 let previous = message.next_at;
                 message.delivery_attempts = message.delivery_attempts.saturating_add(1);
-                message.last_error = Some(error);
+                message.last_error = Some(failure.error);
+                if message.delivery_attempts >= message.max_deliveries {
+                    let category = if failure.unavailable {
+                        DeadLetterCategory::ExecutorUnavailable
+                    } else {
+                        DeadLetterCategory::OutboxPoison
+                    };
+                    return self.dead_letter(tx, message, category, now, batch);
+                }
                 message.next_at = now.plus(redelivery_delay(message.delivery_attempts));
                 tx.outbox_put(&message, Some(previous))?;
             }
         }
         Ok(())
+    }
+
+    /// The message's deliveries are exhausted: it moves to the dead-letter queue in this
+    /// transaction, the operator is alerted, and if its run depends on it (a launch, a
+    /// kill) the step is dead-lettered; a clean-up never changes a verdict.
+    fn dead_letter(
+        &mut self,
+        tx: &mut WriteTx,
+        message: OutboxMessage,
+        category: DeadLetterCategory,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        let last_error = message.last_error.clone().unwrap_or_default();
+        let detail = format!(
+            "{} dead-lettered ({}) after {} deliveries: {last_error}",
+            message.payload.kind(),
+            category.as_str(),
+            message.delivery_attempts
+        );
+        tracing::error!(
+            message = message.id,
+            kind = message.payload.kind(),
+            category = category.as_str(),
+            deliveries = message.delivery_attempts,
+            error = %last_error,
+            run = %message.payload.run(),
+            "operator alert: outbox message dead-lettered"
+        );
+        let record = HistoryRecord {
+            at: now,
+            kind: "message_dead_lettered".into(),
+            detail: serde_json::json!({
+                "message": message.id, "kind": message.payload.kind(), "category": category.as_str(),
+                "deliveries": message.delivery_attempts, "last_error": last_error,
+            })
+            .to_string(),
+        };
+        tx.append_history(message.payload.run(), &record)?;
+        let input = match &message.payload {
+            OutboxPayload::Launch(launch) => {
+                Some((launch.run, usize::from(launch.step), launch.fence, true))
+            }
+            OutboxPayload::Kill {
+                run, step, fence, ..
+            } => Some((*run, usize::from(*step), *fence, false)),
+            OutboxPayload::CleanUp { .. } => None,
+        };
+        let letter = DeadLetter {
+            message,
+            dead_at: now,
+            category,
+        };
+        tx.dead_letter(&letter)?;
+        if let Some((run, step, fence, launch)) = input {
+            let reason = match category {
+                DeadLetterCategory::ExecutorUnavailable => Undelivered::ExecutorUnavailable,
+                DeadLetterCategory::OutboxPoison => Undelivered::OutboxPoison,
+            };
+            let input = Input::Undeliverable {
+                step,
+                fence,
+                launch,
+                reason,
+                detail,
+            };
+            let _ = self.apply_input(tx, run, input, now, batch)?;
+        }
+        Ok(())
+    }
+
+    /// An operator puts a dead letter back with a fresh delivery budget; a launch's run is
+    /// in progress again (its same attempt, same fence).
+    fn requeue(
+        &mut self,
+        tx: &mut WriteTx,
+        id: u64,
+        by: String,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<Result<(), DlqError>, StoreError> {
+        let Some(letter) = tx.take_dead_letter(id)? else {
+            return Ok(Err(DlqError::NotFound(id)));
+        };
+        let run = letter.message.payload.run();
+        if let OutboxPayload::Launch(launch) = &letter.message.payload {
+            if !self.runs.contains_key(&run) {
+                // A terminal run leaves the cache; bring it back to change it.
+                let stored = self.store.read()?.run(run)?;
+                match stored.map(rebuild) {
+                    Some(Ok(loaded)) => {
+                        self.runs.insert(run, loaded);
+                    }
+                    _ => {
+                        tx.dead_letter(&letter)?;
+                        return Ok(Err(DlqError::Rejected(format!(
+                            "run {run} cannot be loaded"
+                        ))));
+                    }
+                }
+            }
+            let input = Input::Requeue {
+                step: usize::from(launch.step),
+                fence: launch.fence,
+            };
+            if let Err(rejected) = self.apply_input(tx, run, input, now, batch)? {
+                tx.dead_letter(&letter)?;
+                return Ok(Err(DlqError::Rejected(rejected.to_string())));
+            }
+        }
+        self.enqueue(tx, letter.message.payload, now, batch)?;
+        let record = HistoryRecord {
+            at: now,
+            kind: "dlq_requeued".into(),
+            detail: serde_json::json!({"message": id, "by": by}).to_string(),
+        };
+        tx.append_history(run, &record)?;
+        Ok(Ok(()))
+    }
+
+    fn discard(
+        &mut self,
+        tx: &mut WriteTx,
+        id: u64,
+        by: String,
+        reason: String,
+        now: Timestamp,
+    ) -> Result<Result<(), DlqError>, StoreError> {
+        let Some(letter) = tx.take_dead_letter(id)? else {
+            return Ok(Err(DlqError::NotFound(id)));
+        };
+        let record = HistoryRecord {
+            at: now,
+            kind: "dlq_discarded".into(),
+            detail: serde_json::json!({"message": id, "by": by, "reason": reason}).to_string(),
+        };
+        tx.append_history(letter.message.payload.run(), &record)?;
+        Ok(Ok(()))
     }
 
     fn confirmed_and_wanted(&self, run: RunId, step: usize, fence: crate::engine::Fence) -> bool {

@@ -22,7 +22,9 @@ use crate::pipeline::Pipeline;
 use crate::store::records::PipelineSource;
 use crate::store::{Store, StoreError};
 
-pub use driver::{CancelError, SubmitError, Submitted, parse_stored, rebuild as driver_rebuild};
+pub use driver::{
+    CancelError, DlqError, SubmitError, Submitted, parse_stored, rebuild as driver_rebuild,
+};
 
 /// Global settings of a service instance.
 #[derive(Clone, Debug)]
@@ -115,11 +117,31 @@ enum Command {
         by: String,
         reply: oneshot::Sender<Result<(), CancelError>>,
     },
-    /// An outbox delivery finished (`Err` holds the error text).
+    Requeue {
+        id: u64,
+        by: String,
+        reply: oneshot::Sender<Result<(), DlqError>>,
+    },
+    Discard {
+        id: u64,
+        by: String,
+        reason: String,
+        reply: oneshot::Sender<Result<(), DlqError>>,
+    },
+    /// An outbox delivery finished.
     Delivered {
         message: u64,
-        result: Result<(), String>,
+        result: Result<(), DeliveryFailure>,
     },
+}
+
+/// Why a delivery failed, as the driver records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeliveryFailure {
+    pub error: String,
+    /// The executor could not be reached or refused (as opposed to a message it cannot
+    /// act on): exhausting such deliveries is `executor_unavailable`, else `outbox_poison`.
+    pub unavailable: bool,
 }
 
 /// A handle to a running service. Cheap to clone.
@@ -307,6 +329,33 @@ impl Service {
             .await
             .map_err(|_| SubmitError::ShuttingDown)?;
         answer.await.map_err(|_| SubmitError::ShuttingDown)?
+    }
+
+    /// Puts a dead letter back in the outbox with a fresh delivery budget.
+    pub async fn requeue(&self, id: u64, by: String) -> Result<(), DlqError> {
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Requeue { id, by, reply };
+        self.commands
+            .send(command)
+            .await
+            .map_err(|_| DlqError::ShuttingDown)?;
+        answer.await.map_err(|_| DlqError::ShuttingDown)?
+    }
+
+    /// Drops a dead letter for good; the reason is kept in the run's history.
+    pub async fn discard(&self, id: u64, by: String, reason: String) -> Result<(), DlqError> {
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Discard {
+            id,
+            by,
+            reason,
+            reply,
+        };
+        self.commands
+            .send(command)
+            .await
+            .map_err(|_| DlqError::ShuttingDown)?;
+        answer.await.map_err(|_| DlqError::ShuttingDown)?
     }
 
     pub async fn cancel(&self, run: RunId, by: String) -> Result<(), CancelError> {

@@ -18,7 +18,9 @@ use redb::{
 use crate::engine::{
     Attempt, Fence, RunHeader, RunId, RunState, StepProgress, StepState, Timestamp,
 };
-use records::{HistoryRecord, OutboxMessage, PipelineSource, StoredRun, TimerKey, TimerKind};
+use records::{
+    DeadLetter, HistoryRecord, OutboxMessage, PipelineSource, StoredRun, TimerKey, TimerKind,
+};
 
 /// Bumped when a table's layout or a record's meaning changes; `migrate` upgrades.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -47,6 +49,8 @@ const OUTBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox");
 const OUTBOX_DUE: TableDefinition<(u64, u64), ()> = TableDefinition::new("outbox_due");
 /// Append-only history: (run, sequence) → `HistoryRecord`.
 const HISTORY: TableDefinition<(u128, u32), &[u8]> = TableDefinition::new("history");
+/// The dead-letter queue: message id → `DeadLetter`.
+const DEAD_LETTERS: TableDefinition<u64, &[u8]> = TableDefinition::new("dead_letters");
 /// Idempotency-Key → run.
 const IDEMPOTENCY: TableDefinition<&str, u128> = TableDefinition::new("idempotency_keys");
 
@@ -117,6 +121,7 @@ impl Store {
             t.open_table(OUTBOX_DUE)?;
             t.open_table(HISTORY)?;
             t.open_table(IDEMPOTENCY)?;
+            t.open_table(DEAD_LETTERS)?;
         }
         let found = tx.meta(META_SCHEMA_VERSION)?;
         match found {
@@ -354,6 +359,24 @@ impl WriteTx {
             .transpose()
     }
 
+    /// Moves a message from the outbox to the dead-letter queue.
+    pub fn dead_letter(&mut self, letter: &DeadLetter) -> Result<(), StoreError> {
+        self.outbox_delete(letter.message.id)?;
+        self.inner
+            .open_table(DEAD_LETTERS)?
+            .insert(letter.message.id, codec::encode(letter)?.as_slice())?;
+        Ok(())
+    }
+
+    /// Removes a dead letter (requeued or discarded); returns it if it was there.
+    pub fn take_dead_letter(&mut self, id: u64) -> Result<Option<DeadLetter>, StoreError> {
+        let mut table = self.inner.open_table(DEAD_LETTERS)?;
+        let removed = table.remove(id)?;
+        removed
+            .map(|v| codec::decode(v.value()).map_err(StoreError::from))
+            .transpose()
+    }
+
     pub fn idempotency_get(&self, key: &str) -> Result<Option<RunId>, StoreError> {
         let table = self.inner.open_table(IDEMPOTENCY)?;
         Ok(table.get(key)?.map(|v| RunId(v.value())))
@@ -538,6 +561,29 @@ impl ReadTx {
 
     pub fn outbox_message(&self, id: u64) -> Result<Option<OutboxMessage>, StoreError> {
         let table = self.inner.open_table(OUTBOX)?;
+        let value = table.get(id)?;
+        value
+            .map(|v| codec::decode(v.value()).map_err(StoreError::from))
+            .transpose()
+    }
+
+    /// Dead letters, oldest first, after `after` (a message id).
+    pub fn dead_letters(
+        &self,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        let table = self.inner.open_table(DEAD_LETTERS)?;
+        let start = after.map_or(0, |id| id.saturating_add(1));
+        let mut letters = Vec::new();
+        for entry in table.range(start..)?.take(limit) {
+            letters.push(codec::decode(entry?.1.value())?);
+        }
+        Ok(letters)
+    }
+
+    pub fn dead_letter(&self, id: u64) -> Result<Option<DeadLetter>, StoreError> {
+        let table = self.inner.open_table(DEAD_LETTERS)?;
         let value = table.get(id)?;
         value
             .map(|v| codec::decode(v.value()).map_err(StoreError::from))

@@ -163,6 +163,33 @@ pub struct OutboxMessage {
     pub last_error: Option<String>,
 }
 
+/// An outbox message whose deliveries were exhausted: the operator's to requeue or
+/// discard.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    pub message: OutboxMessage,
+    pub dead_at: Timestamp,
+    pub category: DeadLetterCategory,
+}
+
+/// Why a message could not be delivered (a stable public name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeadLetterCategory {
+    /// The executor stayed unreachable, forbidden or misconfigured.
+    ExecutorUnavailable,
+    /// The message itself could not be acted on.
+    OutboxPoison,
+}
+
+impl DeadLetterCategory {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadLetterCategory::ExecutorUnavailable => "executor_unavailable",
+            DeadLetterCategory::OutboxPoison => "outbox_poison",
+        }
+    }
+}
+
 /// One entry of a run's append-only history. `detail` is a JSON object as text (the
 /// codec is not self-describing, so free-form JSON travels as a string).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
