@@ -4,6 +4,7 @@ pub mod api;
 pub mod bench;
 pub mod cli;
 pub mod clock;
+pub mod config;
 pub mod engine;
 pub mod executor;
 pub mod limits;

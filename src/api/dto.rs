@@ -176,6 +176,7 @@ pub fn dead_letter(letter: &crate::store::records::DeadLetter) -> serde_json::Va
         OutboxPayload::Launch(launch) => (Some(launch.step_name.clone()), launch.fence.0),
         OutboxPayload::Kill { fence, .. } => (None, fence.0),
         OutboxPayload::CleanUp { fence, .. } => (None, fence.0),
+        OutboxPayload::Webhook { .. } => (None, 0),
     };
     serde_json::json!({
         "id": message.id,

@@ -78,6 +78,9 @@ pub struct EngineArgs {
     /// Grace between SIGTERM and SIGKILL when Scarab stops a step.
     #[arg(long, env = "SCARAB_KILL_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]
     kill_grace: Duration,
+    /// The configuration file (TOML; `[[webhooks]]` for now).
+    #[arg(long, env = "SCARAB_CONFIG")]
+    config: Option<PathBuf>,
     /// Deliveries of one outbox message before it is dead-lettered.
     #[arg(long, env = "SCARAB_MAX_DELIVERIES", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
     max_deliveries: u32,
@@ -108,8 +111,11 @@ pub struct EngineArgs {
 }
 
 impl EngineArgs {
-    fn settings(&self) -> Settings {
+    fn settings(&self) -> anyhow::Result<Settings> {
         let mut settings = Settings::default();
+        if let Some(path) = &self.config {
+            settings.webhooks = crate::config::ConfigFile::load(path)?.webhooks;
+        }
         settings.engine.default_step_timeout = self.default_step_timeout;
         settings.engine.infra_retries = self.infra_retries;
         settings.kill_grace = self.kill_grace;
@@ -128,7 +134,7 @@ impl EngineArgs {
                 delete_grace: Duration::from_secs(30),
             });
         }
-        settings
+        Ok(settings)
     }
 }
 
@@ -291,12 +297,12 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             listen,
             log_format,
             engine,
-        } => serve::serve(&state_dir, &listen, log_format, engine.settings()),
+        } => serve::serve(&state_dir, &listen, log_format, engine.settings()?),
         Command::Run {
             file,
             state_dir,
             engine,
-        } => run(&file, &state_dir, engine.settings()),
+        } => run(&file, &state_dir, engine.settings()?),
         Command::Validate { file } => validate(&file),
         Command::ExplainPod {
             file,

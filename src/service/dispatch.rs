@@ -10,6 +10,7 @@ use tokio::sync::{Notify, Semaphore, mpsc, watch};
 
 use super::{Command, DeliveryFailure};
 use crate::clock;
+use crate::config::WebhookConfig;
 use crate::executor::{Executor, Target};
 use crate::limits;
 use crate::store::Store;
@@ -96,6 +97,7 @@ pub fn redelivery_delay(attempts: u32) -> Duration {
 
 pub async fn run<E: Executor>(
     store: Arc<Store>,
+    webhooks: Arc<Vec<WebhookConfig>>,
     executor: E,
     outbox: Outbox,
     commands: mpsc::Sender<Command>,
@@ -130,10 +132,11 @@ pub async fn run<E: Executor>(
                 return;
             };
             let executor = executor.clone();
+            let webhooks = webhooks.clone();
             let commands = commands.clone();
             let outbox = outbox.clone();
             tokio::spawn(async move {
-                let result = deliver(&executor, &message).await;
+                let result = deliver(&executor, &webhooks, &message).await;
                 outbox.record(executor_of(&message.payload), &result);
                 if let Err(error) = &result {
                     tracing::warn!(message = message.id, kind = message.payload.kind(), error = %error.error, "outbox delivery failed");
@@ -165,6 +168,7 @@ fn executor_of(payload: &OutboxPayload) -> &'static str {
     let kind = match payload {
         OutboxPayload::Launch(launch) => launch.action.executor(),
         OutboxPayload::Kill { executor, .. } | OutboxPayload::CleanUp { executor, .. } => *executor,
+        OutboxPayload::Webhook { .. } => return "webhooks",
     };
     match kind {
         crate::store::records::ExecutorKind::Local => "local",
@@ -185,9 +189,24 @@ fn still_due(store: &Store, id: u64, now: crate::engine::Timestamp) -> bool {
 
 async fn deliver<E: Executor>(
     executor: &E,
+    webhooks: &[WebhookConfig],
     message: &OutboxMessage,
 ) -> Result<(), DeliveryFailure> {
     let result = match &message.payload {
+        OutboxPayload::Webhook {
+            url,
+            event_id,
+            body,
+            ..
+        } => {
+            let Some(hook) = webhooks.iter().find(|h| &h.url == url) else {
+                return Err(DeliveryFailure {
+                    error: format!("webhook {url} is no longer configured"),
+                    unavailable: false,
+                });
+            };
+            return super::webhooks::deliver(hook, event_id, body).await;
+        }
         OutboxPayload::Launch(launch) => executor.launch(launch).await,
         OutboxPayload::Kill {
             fence,

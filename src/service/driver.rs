@@ -11,8 +11,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::dispatch::{Outbox, redelivery_delay};
-use super::{Command, DeliveryFailure, Settings, history};
+use super::{Command, DeliveryFailure, Settings, history, webhooks};
 use crate::clock;
+use crate::config::WebhookEvent;
 use crate::engine::{
     Effects, Engine, FenceCounter, Input, Intent, RejectedInput, Run, RunId, RunState, Timer,
     Timestamp, Undelivered,
@@ -606,6 +607,25 @@ impl<E: Executor> Driver<E> {
             .to_string(),
         };
         tx.append_history(message.payload.run(), &record)?;
+        // An alert about a failed alert could loop: those are logged only.
+        if !matches!(message.payload, OutboxPayload::Webhook { alert: true, .. }) {
+            let diagnostics = serde_json::json!({
+                "id": message.id, "kind": message.payload.kind(), "category": category.as_str(),
+                "deliveries": message.delivery_attempts, "last_error": last_error,
+            });
+            let run = message.payload.run();
+            let event_id = webhooks::new_event_id();
+            let body = webhooks::message_alert(&event_id, run, diagnostics, now);
+            self.notify(
+                tx,
+                run,
+                WebhookEvent::DeadLettered,
+                &event_id,
+                &body,
+                now,
+                batch,
+            )?;
+        }
         let input = match &message.payload {
             OutboxPayload::Launch(launch) => {
                 Some((launch.run, usize::from(launch.step), launch.fence, true))
@@ -613,7 +633,7 @@ impl<E: Executor> Driver<E> {
             OutboxPayload::Kill {
                 run, step, fence, ..
             } => Some((*run, usize::from(*step), *fence, false)),
-            OutboxPayload::CleanUp { .. } => None,
+            OutboxPayload::CleanUp { .. } | OutboxPayload::Webhook { .. } => None,
         };
         let letter = DeadLetter {
             message,
@@ -776,11 +796,21 @@ impl<E: Executor> Driver<E> {
         let Some(run) = self.runs.get(&id) else {
             return Ok(());
         };
+        let mut state_changes = Vec::new();
         for event in &effects.events {
             if !tx.append_history(id, &history::record(run, event, now))? {
                 tracing::warn!(run = %id, limit = limits::HISTORY_EVENTS_PER_RUN_MAX, "history full: event not recorded");
             }
+            if let crate::engine::Event::RunState { from, to } = event {
+                state_changes.push((*from, *to));
+            }
         }
+        for (from, to) in state_changes {
+            self.notify_run_state(tx, id, from, to, now, batch)?;
+        }
+        let Some(run) = self.runs.get(&id) else {
+            return Ok(());
+        };
         for intent in effects.intents {
             match intent {
                 Intent::Launch(order) => {
@@ -820,6 +850,66 @@ impl<E: Executor> Driver<E> {
         let touched = batch.touched.entry(id).or_default();
         touched.steps.extend(effects.steps_changed);
         touched.attempts.extend(effects.attempts_changed);
+        Ok(())
+    }
+
+    /// Webhook events for a run's state change, and the operator alert when it is
+    /// dead-lettered.
+    fn notify_run_state(
+        &self,
+        tx: &mut WriteTx,
+        id: RunId,
+        from: RunState,
+        to: RunState,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        if self.settings.webhooks.is_empty() {
+            return Ok(());
+        }
+        let Some(run) = self.runs.get(&id) else {
+            return Ok(());
+        };
+        let mut kinds = vec![WebhookEvent::RunState];
+        if to == RunState::DeadLettered {
+            tracing::error!(run = %id, "operator alert: run dead-lettered");
+            kinds.push(WebhookEvent::DeadLettered);
+        }
+        for kind in kinds {
+            let event_id = webhooks::new_event_id();
+            let body = webhooks::run_event(kind, &event_id, run, from.as_str(), now);
+            self.notify(tx, id, kind, &event_id, &body, now, batch)?;
+        }
+        Ok(())
+    }
+
+    /// One outbox message per webhook subscribed to `kind`, all with the same event id.
+    #[allow(clippy::too_many_arguments)]
+    fn notify(
+        &self,
+        tx: &mut WriteTx,
+        run: RunId,
+        kind: WebhookEvent,
+        event_id: &str,
+        body: &str,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        for hook in self
+            .settings
+            .webhooks
+            .iter()
+            .filter(|h| h.events.contains(&kind))
+        {
+            let payload = OutboxPayload::Webhook {
+                run,
+                url: hook.url.clone(),
+                event_id: event_id.to_string(),
+                body: body.to_string(),
+                alert: kind == WebhookEvent::DeadLettered,
+            };
+            self.enqueue(tx, payload, now, batch)?;
+        }
         Ok(())
     }
 

@@ -6,6 +6,7 @@
 mod dispatch;
 mod driver;
 mod history;
+pub mod webhooks;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,6 +38,8 @@ pub struct Settings {
     pub max_deliveries: u32,
     /// How long a finished run's attempt directories (with the step logs) are kept.
     pub log_retention: Duration,
+    /// Where run events and operator alerts are POSTed.
+    pub webhooks: Vec<crate::config::WebhookConfig>,
     /// The cluster for `executor: kubernetes` steps; `None`: such steps wait in the
     /// outbox as "executor unavailable".
     pub kubernetes: Option<KubernetesSettings>,
@@ -60,6 +63,7 @@ impl Default for Settings {
             max_deliveries: 10,
             log_retention: Duration::from_secs(7 * 24 * 3600),
             kubernetes: None,
+            webhooks: Vec::new(),
         }
     }
 }
@@ -265,6 +269,7 @@ pub async fn start_with<E: Executor>(
     let driver = tokio::spawn(driver.run(commands_rx, reports_rx, shutdown_rx.clone(), ready_tx));
     let dispatcher = tokio::spawn(dispatch::run(
         store.clone(),
+        Arc::new(settings.webhooks.clone()),
         executor,
         outbox.clone(),
         commands_tx.clone(),

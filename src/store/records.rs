@@ -116,6 +116,16 @@ pub enum OutboxPayload {
         reason: KillReason,
         executor: ExecutorKind,
     },
+    /// A signed webhook event; `url` names the configured webhook.
+    Webhook {
+        run: RunId,
+        url: String,
+        event_id: String,
+        body: String,
+        /// An operator alert: when it cannot be delivered, it is logged, not alerted
+        /// again (which could loop).
+        alert: bool,
+    },
     /// Remove a finished attempt's traces (its directory and logs) after the retention.
     CleanUp {
         run: RunId,
@@ -130,13 +140,16 @@ impl OutboxPayload {
             OutboxPayload::Launch(_) => "launch",
             OutboxPayload::Kill { .. } => "kill",
             OutboxPayload::CleanUp { .. } => "clean_up",
+            OutboxPayload::Webhook { .. } => "webhook",
         }
     }
 
     pub fn run(&self) -> RunId {
         match self {
             OutboxPayload::Launch(launch) => launch.run,
-            OutboxPayload::Kill { run, .. } | OutboxPayload::CleanUp { run, .. } => *run,
+            OutboxPayload::Kill { run, .. }
+            | OutboxPayload::CleanUp { run, .. }
+            | OutboxPayload::Webhook { run, .. } => *run,
         }
     }
 
@@ -148,6 +161,7 @@ impl OutboxPayload {
                 format!("kill/{fence}/{}", reason.as_str())
             }
             OutboxPayload::CleanUp { fence, .. } => format!("clean_up/{fence}"),
+            OutboxPayload::Webhook { event_id, .. } => format!("webhook/{event_id}"),
         }
     }
 }

@@ -1,0 +1,162 @@
+//! The configuration file (TOML). For now it holds the webhooks; the rest of the service's
+//! settings are flags and `SCARAB_*` variables until the full file arrives.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    #[serde(default)]
+    pub webhooks: Vec<WebhookConfig>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// `http://` or `https://` URL the events are POSTed to.
+    pub url: String,
+    /// Which events: `run_state` (every run state change), `dead_lettered` (operator
+    /// alerts). Default: both.
+    #[serde(default = "all_events")]
+    pub events: Vec<WebhookEvent>,
+    /// The HMAC-SHA256 key of `X-Scarab-Signature`.
+    pub secret: String,
+    /// Per-request timeout, a human duration. Default 10s.
+    #[serde(default = "default_timeout", with = "humantime_serde_compat")]
+    pub timeout: Duration,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WebhookEvent {
+    RunState,
+    DeadLettered,
+}
+
+impl WebhookEvent {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WebhookEvent::RunState => "run_state",
+            WebhookEvent::DeadLettered => "dead_lettered",
+        }
+    }
+}
+
+fn all_events() -> Vec<WebhookEvent> {
+    vec![WebhookEvent::RunState, WebhookEvent::DeadLettered]
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// Durations in the file are human strings (`10s`, `1m`).
+mod humantime_serde_compat {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        humantime::parse_duration(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Most webhooks one service will deliver to.
+pub const WEBHOOKS_MAX: usize = 32;
+const SECRET_MIN_BYTES: usize = 16;
+
+impl ConfigFile {
+    pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.display().to_string(),
+            message,
+        };
+        let config: ConfigFile = toml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        config.validate().map_err(invalid)?;
+        Ok(config)
+    }
+
+    /// Every problem names its key, e.g. `webhooks[1].url`.
+    fn validate(&self) -> Result<(), String> {
+        if self.webhooks.len() > WEBHOOKS_MAX {
+            return Err(format!(
+                "webhooks: at most {WEBHOOKS_MAX} (found {})",
+                self.webhooks.len()
+            ));
+        }
+        for (i, hook) in self.webhooks.iter().enumerate() {
+            if !(hook.url.starts_with("http://") || hook.url.starts_with("https://"))
+                || hook.url.len() > 2048
+            {
+                return Err(format!(
+                    "webhooks[{i}].url: must be an http:// or https:// URL of at most 2048 bytes"
+                ));
+            }
+            if hook.secret.len() < SECRET_MIN_BYTES {
+                return Err(format!(
+                    "webhooks[{i}].secret: must be at least {SECRET_MIN_BYTES} bytes"
+                ));
+            }
+            if hook.events.is_empty() {
+                return Err(format!(
+                    "webhooks[{i}].events: must name at least one event"
+                ));
+            }
+            if hook.timeout.is_zero() || hook.timeout > Duration::from_secs(120) {
+                return Err(format!("webhooks[{i}].timeout: must be between 1ms and 2m"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<ConfigFile, ConfigError> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("scarab.toml");
+        std::fs::write(&path, text).expect("write");
+        ConfigFile::load(&path)
+    }
+
+    #[test]
+    fn webhooks_load_with_defaults_and_bad_keys_are_named() {
+        let config =
+            load("[[webhooks]]\nurl = \"http://127.0.0.1:9/h\"\nsecret = \"0123456789abcdef\"\n")
+                .expect("valid");
+        assert_eq!(config.webhooks[0].events, all_events());
+        assert_eq!(config.webhooks[0].timeout, Duration::from_secs(10));
+        let error = load("[[webhooks]]\nurl = \"ftp://x\"\nsecret = \"0123456789abcdef\"\n")
+            .expect_err("bad url");
+        assert!(error.to_string().contains("webhooks[0].url"), "{error}");
+        let error = load("[[webhooks]]\nurl = \"http://x\"\nsecret = \"short\"\n")
+            .expect_err("short secret");
+        assert!(error.to_string().contains("webhooks[0].secret"), "{error}");
+        let error =
+            load("[[webhooks]]\nurl = \"http://x\"\nsecret = \"0123456789abcdef\"\ncolour = 1\n")
+                .expect_err("unknown");
+        assert!(error.to_string().contains("colour"), "{error}");
+    }
+}
