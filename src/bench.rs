@@ -510,6 +510,7 @@ fn populate(dir: &Path, finished: u64, inflight: u64) -> anyhow::Result<()> {
                     created_at: at,
                     state: attempt_state,
                     kill: None,
+                    outputs: Vec::new(),
                 },
             )?;
             fence += 1;

@@ -465,6 +465,7 @@ fn readopt_10k_pods_benchmark() {
                 backstop_due: Timestamp(now.0 + 3_600_000),
             },
             kill: None,
+            outputs: Vec::new(),
         };
         tx.put_attempt(run, 0, &attempt).expect("attempt");
         let order = LaunchRecord {

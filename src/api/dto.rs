@@ -41,6 +41,8 @@ pub struct AttemptDto {
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
     pub kill_requested: Option<&'static str>,
+    /// What the attempt reported through the fenced output API.
+    pub outputs: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Serialize)]
@@ -165,6 +167,7 @@ fn attempt_dto(attempt: &Attempt) -> AttemptDto {
         started_at: started_at.map(rfc3339),
         finished_at: finished.map(|v| rfc3339(v.finished_at)),
         kill_requested: attempt.kill.map(|k| k.as_str()),
+        outputs: attempt.outputs.iter().cloned().collect(),
     }
 }
 

@@ -11,7 +11,7 @@ use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
@@ -41,7 +41,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/dlq/{id}/requeue", post(requeue_dead_letter))
         .route("/dlq/{id}/discard", post(discard_dead_letter))
         .layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    // Authenticated by the writing attempt's own step token, not the admin token.
+    let outputs = Router::new().route("/v1/runs/{id}/steps/{step}/outputs", put(put_outputs));
     Router::new()
+        .merge(outputs)
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .nest("/v1", v1)
@@ -711,4 +714,108 @@ async fn discard_dead_letter(
         .await
         .map_err(dlq_error)?;
     Ok((StatusCode::OK, Json(json!({"id": id, "discarded": true}))).into_response())
+}
+
+// --- The fenced step-output sink --------------------------------------------------------
+
+/// Outputs a step may store: keys and values, bounded.
+const OUTPUT_KEYS_MAX: usize = 32;
+const OUTPUT_KEY_MAX_BYTES: usize = 64;
+const OUTPUT_VALUE_MAX_BYTES: usize = 4096;
+const OUTPUT_BODY_MAX_BYTES: usize = 16 * 1024;
+
+async fn put_outputs(
+    State(state): State<ApiState>,
+    Path((id, step)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let run = parse_run_id(&id)?;
+    let unauthorized = || ApiError::new(StatusCode::UNAUTHORIZED, "missing or invalid step token");
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(unauthorized)?;
+    let tokens = state
+        .service
+        .settings
+        .step_tokens
+        .as_ref()
+        .ok_or_else(unauthorized)?;
+    let stored = state.service.store.read()?.run(run)?;
+    let loaded = stored
+        .map(crate::service::driver_rebuild)
+        .transpose()
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("stored run {run}: {e}"),
+            )
+        })?;
+    let loaded = loaded
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("run {run} not found")))?;
+    let index = loaded.pipeline.step_index(&step).ok_or_else(|| {
+        ApiError::field(
+            StatusCode::NOT_FOUND,
+            "step",
+            format!("run has no step {step:?}"),
+        )
+    })?;
+    let Some(fence) = tokens.verify(run, index, token) else {
+        tracing::warn!(%run, step, "output write with an invalid step token");
+        return Err(unauthorized());
+    };
+    let body = body.map_err(|r| ApiError::new(r.status(), r.body_text()))?;
+    let outputs = parse_outputs(&body)?;
+    match state.service.set_outputs(run, index, fence, outputs).await {
+        Ok(()) => Ok(Json(json!({"stored": true, "fence": fence.0})).into_response()),
+        Err(crate::service::OutputError::StaleFence { current }) => Ok((
+            StatusCode::CONFLICT,
+            Json(json!({"error": "stale_fence", "current": current.map(|f| f.0)})),
+        )
+            .into_response()),
+        Err(error) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            error.to_string(),
+        )),
+    }
+}
+
+fn parse_outputs(body: &[u8]) -> Result<Vec<(String, String)>, ApiError> {
+    if body.len() > OUTPUT_BODY_MAX_BYTES {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("outputs exceed {OUTPUT_BODY_MAX_BYTES} bytes"),
+        ));
+    }
+    let bad =
+        |field: &str, message: String| ApiError::field(StatusCode::BAD_REQUEST, field, message);
+    let map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body)
+        .map_err(|e| bad("body", format!("must be a JSON object of strings: {e}")))?;
+    if map.len() > OUTPUT_KEYS_MAX {
+        return Err(bad("body", format!("at most {OUTPUT_KEYS_MAX} outputs")));
+    }
+    let mut outputs = Vec::with_capacity(map.len());
+    for (key, value) in map {
+        let key_ok = !key.is_empty()
+            && key.len() <= OUTPUT_KEY_MAX_BYTES
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        if !key_ok {
+            return Err(bad(
+                &key,
+                format!("output names are 1..={OUTPUT_KEY_MAX_BYTES} characters of [A-Za-z0-9_.-]"),
+            ));
+        }
+        let Some(text) = value.as_str().filter(|t| t.len() <= OUTPUT_VALUE_MAX_BYTES) else {
+            return Err(bad(
+                &key,
+                format!("must be a string of at most {OUTPUT_VALUE_MAX_BYTES} bytes"),
+            ));
+        };
+        outputs.push((key, text.to_string()));
+    }
+    Ok(outputs)
 }

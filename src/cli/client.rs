@@ -420,3 +420,37 @@ pub fn dlq_action(
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// `scarab output set KEY VALUE` from inside a step, with the step's own environment.
+pub fn output_set(key: &str, value: &str) -> anyhow::Result<ExitCode> {
+    let var = |name: &str| {
+        std::env::var(name)
+            .with_context(|| format!("{name} is not set: run this inside a Scarab step"))
+    };
+    let (url, run, step, token) = (
+        var("SCARAB_URL")?,
+        var("SCARAB_RUN_ID")?,
+        var("SCARAB_STEP")?,
+        var("SCARAB_STEP_TOKEN")?,
+    );
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into();
+    let body = serde_json::json!({ key: value }).to_string();
+    let response = agent
+        .put(format!(
+            "{}/v1/runs/{run}/steps/{step}/outputs",
+            url.trim_end_matches('/')
+        ))
+        .header("Authorization", format!("Bearer {token}"))
+        .header("Content-Type", "application/json")
+        .send(body.as_bytes())
+        .with_context(|| format!("calling {url}"))?;
+    let answer = answer(response)?;
+    if !answer.ok() {
+        return fail(&answer);
+    }
+    Ok(ExitCode::SUCCESS)
+}

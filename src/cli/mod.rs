@@ -139,6 +139,12 @@ impl EngineArgs {
 }
 
 #[derive(Subcommand)]
+enum OutputCommand {
+    /// Store KEY = VALUE for this attempt; refused (exit 1) if a newer attempt exists.
+    Set { key: String, value: String },
+}
+
+#[derive(Subcommand)]
 enum DlqCommand {
     /// List dead letters, oldest first.
     List {
@@ -274,6 +280,12 @@ enum Command {
         #[arg(long, default_value_t = 1_000)]
         crash_steps: u64,
     },
+    /// Inside a step: report an output (`scarab output set KEY VALUE`), fenced by the
+    /// attempt's own token (SCARAB_URL, SCARAB_RUN_ID, SCARAB_STEP, SCARAB_STEP_TOKEN).
+    Output {
+        #[command(subcommand)]
+        action: OutputCommand,
+    },
     /// Supervise one local attempt (started by the service; not for direct use).
     #[command(hide = true)]
     Supervise { dir: PathBuf },
@@ -368,6 +380,9 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             })?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Output {
+            action: OutputCommand::Set { key, value },
+        } => client::output_set(&key, &value),
         Command::Supervise { dir } => {
             crate::executor::local::supervisor::supervise(&dir)?;
             Ok(ExitCode::SUCCESS)

@@ -41,10 +41,16 @@ async fn serve_async(state_dir: &Path, listen: &str, settings: Settings) -> anyh
     std::fs::create_dir_all(&state_dir.root)
         .with_context(|| format!("creating {}", state_dir.root.display()))?;
     let admin_token = ensure_admin_token(&state_dir.admin_token())?;
+    let step_key = ensure_admin_token(&state_dir.root.join("step-token.key"))?;
     // Bind before starting the engine: a taken port fails fast and changes nothing.
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("listening on {listen}"))?;
+    let mut settings = settings;
+    settings.step_tokens = Some(crate::service::tokens::StepTokens {
+        key: step_key.into_bytes(),
+        url: format!("http://{}", listener.local_addr()?),
+    });
     let exe = std::env::current_exe().context("locating the scarab binary")?;
     let running = service::start(state_dir.clone(), settings, exe).await?;
     let router = api::router(ApiState {
@@ -67,7 +73,8 @@ async fn serve_async(state_dir: &Path, listen: &str, settings: Settings) -> anyh
     Ok(())
 }
 
-/// Reads the admin token, creating it (mode 0600, 256 random bits) on first start.
+/// Reads a secret file (the admin token, the step-token key), creating it (mode 0600,
+/// 256 random bits) on first start.
 fn ensure_admin_token(path: &Path) -> anyhow::Result<String> {
     if let Ok(token) = std::fs::read_to_string(path) {
         let token = token.trim().to_string();

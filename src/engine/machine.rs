@@ -20,6 +20,9 @@ pub enum RejectedInput {
     RunTerminal(&'static str),
     #[error("the step's last attempt is not a dead-lettered launch with that fence")]
     NotRequeueable,
+    /// A zombie (or a late attempt) wrote with a fence that is not the step's current one.
+    #[error("stale_fence")]
+    StaleFence { current: Option<super::Fence> },
 }
 
 pub struct Engine {
@@ -102,6 +105,11 @@ impl Engine {
                 detail,
             } => on_undeliverable(run, step, fence, launch, reason, detail, now, &mut effects),
             Input::Requeue { step, fence } => on_requeue(run, step, fence, &mut effects)?,
+            Input::SetOutputs {
+                step,
+                fence,
+                outputs,
+            } => on_outputs(run, step, fence, outputs, &mut effects)?,
         }
         self.advance(run, fences, now, &mut effects);
         Ok(effects)
@@ -367,6 +375,7 @@ impl Engine {
             created_at: now,
             state: AttemptState::Launching,
             kill: None,
+            outputs: Vec::new(),
         });
         let index = progress.attempts.len() - 1;
         effects.intents.push(Intent::Launch(LaunchOrder {
@@ -375,7 +384,7 @@ impl Engine {
             step_name: spec.name.clone(),
             attempt: number,
             fence,
-            action: spec.action.clone(),
+            action: with_resolved_env(run, &spec.action),
             timeout: spec.timeout.unwrap_or(self.settings.default_step_timeout),
         }));
         effects.attempt_changed(step, index);
@@ -478,6 +487,95 @@ fn on_requeue(
         set_run_state(run, RunState::Queued, effects);
     }
     Ok(())
+}
+
+fn with_resolved_env(
+    run: &Run,
+    action: &crate::pipeline::StepAction,
+) -> crate::pipeline::StepAction {
+    match action {
+        crate::pipeline::StepAction::Local(command) => {
+            let mut command = command.clone();
+            command.env = resolve_env(run, &command.env);
+            crate::pipeline::StepAction::Local(command)
+        }
+        crate::pipeline::StepAction::Kubernetes(pod) => {
+            let mut pod = pod.clone();
+            pod.env = resolve_env(run, &pod.env);
+            crate::pipeline::StepAction::Kubernetes(pod)
+        }
+    }
+}
+
+/// Scarab as a cooperating sink: outputs are stored only for the step's current attempt
+/// while it is in flight; anything else is a zombie or a late writer.
+fn on_outputs(
+    run: &mut Run,
+    step: usize,
+    fence: super::Fence,
+    outputs: Vec<(String, String)>,
+    effects: &mut Effects,
+) -> Result<(), super::RejectedInput> {
+    let Some(progress) = run.steps.get_mut(step) else {
+        return Err(super::RejectedInput::StaleFence { current: None });
+    };
+    let current = progress.attempts.last().map(|a| a.fence);
+    let index = progress.attempts.len().saturating_sub(1);
+    match progress.attempts.last_mut() {
+        Some(attempt) if attempt.fence == fence && attempt.is_in_flight() => {
+            for (key, value) in outputs {
+                match attempt.outputs.iter_mut().find(|(k, _)| *k == key) {
+                    Some(slot) => slot.1 = value,
+                    None => attempt.outputs.push((key, value)),
+                }
+            }
+            effects.attempt_changed(step, index);
+            Ok(())
+        }
+        _ => Err(super::RejectedInput::StaleFence { current }),
+    }
+}
+
+/// `${steps.NAME.outputs.KEY}` in an env value: the named (needed) step's output, empty
+/// when it reported none.
+pub fn resolve_env(run: &Run, env: &[(String, String)]) -> Vec<(String, String)> {
+    env.iter()
+        .map(|(key, value)| (key.clone(), substitute_outputs(run, value)))
+        .collect()
+}
+
+fn substitute_outputs(run: &Run, value: &str) -> String {
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(start) = rest.find("${steps.") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return out;
+        };
+        let reference = &after[..end];
+        out.push_str(&lookup_output(run, reference).unwrap_or_default());
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn lookup_output(run: &Run, reference: &str) -> Option<String> {
+    let mut parts = reference.splitn(4, '.');
+    let (Some("steps"), Some(name), Some("outputs"), Some(key)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    let index = run.pipeline.step_index(name)?;
+    let attempt = run.steps[index].attempts.last()?;
+    attempt
+        .outputs
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.clone())
 }
 
 fn on_cancel(

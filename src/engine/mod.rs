@@ -83,6 +83,12 @@ pub enum Input {
         step: usize,
         fence: Fence,
     },
+    /// The attempt with this fence reports outputs; only the step's current attempt may.
+    SetOutputs {
+        step: usize,
+        fence: Fence,
+        outputs: Vec<(String, String)>,
+    },
 }
 
 /// Why the outbox gave up (the step's terminal reason and the run's category).

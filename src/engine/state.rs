@@ -184,6 +184,8 @@ pub struct Attempt {
     pub state: AttemptState,
     /// Set once the engine asked the executor to stop it.
     pub kill: Option<KillReason>,
+    /// Key/value outputs the attempt reported through the fenced output API.
+    pub outputs: Vec<(String, String)>,
 }
 
 impl Attempt {

@@ -45,6 +45,19 @@ pub enum SubmitError {
 }
 
 #[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// The writer's fence is not the step's current attempt: a zombie or a late writer.
+    #[error("stale_fence")]
+    StaleFence {
+        current: Option<crate::engine::Fence>,
+    },
+    #[error("{0}")]
+    Store(String),
+    #[error("the service is shutting down")]
+    ShuttingDown,
+}
+
+#[derive(Debug, thiserror::Error)]
 pub enum DlqError {
     #[error("dead letter {0} not found")]
     NotFound(u64),
@@ -99,6 +112,10 @@ enum Reply {
         Result<(), CancelError>,
     ),
     Dlq(oneshot::Sender<Result<(), DlqError>>, Result<(), DlqError>),
+    Outputs(
+        oneshot::Sender<Result<(), OutputError>>,
+        Result<(), OutputError>,
+    ),
 }
 
 #[derive(Default)]
@@ -306,6 +323,9 @@ impl<E: Executor> Driver<E> {
                 Reply::Dlq(to, result) => {
                     let _ = to.send(result);
                 }
+                Reply::Outputs(to, result) => {
+                    let _ = to.send(result);
+                }
             }
         }
         for fence in &batch.recorded_launches {
@@ -336,6 +356,9 @@ impl<E: Executor> Driver<E> {
                 }
                 Reply::Dlq(to, _) => {
                     let _ = to.send(Err(DlqError::Store(error.to_string())));
+                }
+                Reply::Outputs(to, _) => {
+                    let _ = to.send(Err(OutputError::Store(error.to_string())));
                 }
             }
         }
@@ -431,6 +454,29 @@ impl<E: Executor> Driver<E> {
             Command::Cancel { run, by, reply } => {
                 let result = self.cancel(tx, run, by, now, batch)?;
                 batch.replies.push(Reply::Cancel(reply, result));
+            }
+            Command::SetOutputs {
+                run,
+                step,
+                fence,
+                outputs,
+                reply,
+            } => {
+                let input = Input::SetOutputs {
+                    step,
+                    fence,
+                    outputs,
+                };
+                let result = match self.apply_input(tx, run, input, now, batch)? {
+                    Ok(()) if self.runs.contains_key(&run) => Ok(()),
+                    // A finished run has no attempt in flight: whoever writes is late.
+                    Ok(()) => Err(OutputError::StaleFence { current: None }),
+                    Err(RejectedInput::StaleFence { current }) => {
+                        Err(OutputError::StaleFence { current })
+                    }
+                    Err(other) => Err(OutputError::Store(other.to_string())),
+                };
+                batch.replies.push(Reply::Outputs(reply, result));
             }
             Command::Requeue { id, by, reply } => {
                 let result = self.requeue(tx, id, by, now, batch)?;
@@ -813,7 +859,8 @@ impl<E: Executor> Driver<E> {
         };
         for intent in effects.intents {
             match intent {
-                Intent::Launch(order) => {
+                Intent::Launch(mut order) => {
+                    self.add_step_token(&mut order);
                     let launch = LaunchRecord {
                         run: order.run,
                         step: step_key(order.step)?,
@@ -851,6 +898,19 @@ impl<E: Executor> Driver<E> {
         touched.steps.extend(effects.steps_changed);
         touched.attempts.extend(effects.attempts_changed);
         Ok(())
+    }
+
+    /// Local steps get the API's URL and their attempt's token, for `scarab output set`.
+    /// (A Pod cannot reach a loopback API; Pod steps get neither.)
+    fn add_step_token(&self, order: &mut crate::engine::LaunchOrder) {
+        let Some(tokens) = &self.settings.step_tokens else {
+            return;
+        };
+        if let crate::pipeline::StepAction::Local(command) = &mut order.action {
+            let token = tokens.token(order.run, order.step, order.fence);
+            command.env.push(("SCARAB_URL".into(), tokens.url.clone()));
+            command.env.push(("SCARAB_STEP_TOKEN".into(), token));
+        }
     }
 
     /// Webhook events for a run's state change, and the operator alert when it is

@@ -6,6 +6,7 @@
 mod dispatch;
 mod driver;
 mod history;
+pub mod tokens;
 pub mod webhooks;
 
 use std::path::{Path, PathBuf};
@@ -24,7 +25,8 @@ use crate::store::records::PipelineSource;
 use crate::store::{Store, StoreError};
 
 pub use driver::{
-    CancelError, DlqError, SubmitError, Submitted, parse_stored, rebuild as driver_rebuild,
+    CancelError, DlqError, OutputError, SubmitError, Submitted, parse_stored,
+    rebuild as driver_rebuild,
 };
 
 /// Global settings of a service instance.
@@ -38,6 +40,9 @@ pub struct Settings {
     pub max_deliveries: u32,
     /// How long a finished run's attempt directories (with the step logs) are kept.
     pub log_retention: Duration,
+    /// Per-attempt step tokens for the output API (`None` when there is no API, as in
+    /// `scarab run`).
+    pub step_tokens: Option<tokens::StepTokens>,
     /// Where run events and operator alerts are POSTed.
     pub webhooks: Vec<crate::config::WebhookConfig>,
     /// The cluster for `executor: kubernetes` steps; `None`: such steps wait in the
@@ -64,6 +69,7 @@ impl Default for Settings {
             log_retention: Duration::from_secs(7 * 24 * 3600),
             kubernetes: None,
             webhooks: Vec::new(),
+            step_tokens: None,
         }
     }
 }
@@ -120,6 +126,13 @@ enum Command {
         run: RunId,
         by: String,
         reply: oneshot::Sender<Result<(), CancelError>>,
+    },
+    SetOutputs {
+        run: RunId,
+        step: usize,
+        fence: crate::engine::Fence,
+        outputs: Vec<(String, String)>,
+        reply: oneshot::Sender<Result<(), OutputError>>,
     },
     Requeue {
         id: u64,
@@ -361,6 +374,29 @@ impl Service {
             .await
             .map_err(|_| DlqError::ShuttingDown)?;
         answer.await.map_err(|_| DlqError::ShuttingDown)?
+    }
+
+    /// Stores outputs for the step's attempt with this fence, if it is the current one.
+    pub async fn set_outputs(
+        &self,
+        run: RunId,
+        step: usize,
+        fence: crate::engine::Fence,
+        outputs: Vec<(String, String)>,
+    ) -> Result<(), OutputError> {
+        let (reply, answer) = oneshot::channel();
+        let command = Command::SetOutputs {
+            run,
+            step,
+            fence,
+            outputs,
+            reply,
+        };
+        self.commands
+            .send(command)
+            .await
+            .map_err(|_| OutputError::ShuttingDown)?;
+        answer.await.map_err(|_| OutputError::ShuttingDown)?
     }
 
     pub async fn cancel(&self, run: RunId, by: String) -> Result<(), CancelError> {

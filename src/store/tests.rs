@@ -43,6 +43,7 @@ fn attempt(number: u32, fence: u64, finished: bool) -> Attempt {
             AttemptState::Launching
         },
         kill: None,
+        outputs: Vec::new(),
     }
 }
 
