@@ -795,6 +795,7 @@ fn check_steps(field: &Field, defaults: &PodDefaults, errors: &mut Errors) -> Op
         check_unique_names(&checks, errors);
         let needs = resolve_needs(&checks, errors);
         check_cycles(&checks, &needs, errors);
+        check_output_references(field, &checks, &needs, errors);
         needs
     } else {
         vec![Vec::new(); checks.len()]
@@ -804,6 +805,59 @@ fn check_steps(field: &Field, defaults: &PodDefaults, errors: &mut Errors) -> Op
         Some(Step { needs, ..step })
     });
     steps.collect()
+}
+
+/// `${steps.NAME.outputs.KEY}` in an env value must name a step this one needs (directly
+/// or through others): only then is its output there when this step starts.
+fn check_output_references(
+    field: &Field,
+    checks: &[StepCheck],
+    needs: &[Vec<usize>],
+    errors: &mut Errors,
+) {
+    for (index, check) in checks.iter().enumerate() {
+        let Some(step) = &check.step else { continue };
+        let env = match &step.action {
+            StepAction::Local(command) => &command.env,
+            StepAction::Kubernetes(pod) => &pod.env,
+        };
+        let ancestors = reachable(needs, index);
+        for (key, value) in env {
+            for reference in output_references(value) {
+                let path = format!("{}[{index}].env.{key}", field.path);
+                let target = checks
+                    .iter()
+                    .position(|c| c.name.as_ref().is_some_and(|(_, n)| *n == reference.0));
+                let problem = match target {
+                    None => format!("references unknown step {:?}", reference.0),
+                    Some(target) if !ancestors[target] => {
+                        format!(
+                            "references step {:?}, which this step does not need",
+                            reference.0
+                        )
+                    }
+                    Some(_) if reference.1.is_empty() => "names no output".to_owned(),
+                    Some(_) => continue,
+                };
+                errors.push(path, None, problem);
+            }
+        }
+    }
+}
+
+/// The (step, output) pairs of `${steps.STEP.outputs.OUTPUT}` references in a value.
+fn output_references(value: &str) -> Vec<(&str, &str)> {
+    let mut found = Vec::new();
+    let mut rest = value;
+    while let Some(start) = rest.find("${steps.") {
+        let after = &rest[start + "${steps.".len()..];
+        let Some(end) = after.find('}') else { break };
+        if let Some((step, output)) = after[..end].split_once(".outputs.") {
+            found.push((step, output));
+        }
+        rest = &after[end..];
+    }
+    found
 }
 
 fn check_step_count(field: &Field, count: usize, errors: &mut Errors) -> bool {
@@ -2805,5 +2859,19 @@ steps:
             fields.contains(&"steps[3].node_selector.-bad"),
             "{errors:?}"
         );
+    }
+
+    #[test]
+    fn output_references_must_name_a_needed_step() {
+        let ok = "name: o\nsteps:\n  - name: a\n    run: [x]\n  - name: b\n    needs: [a]\n    run: [x]\n  - name: c\n    needs: [b]\n    run: [x]\n    env: {D: 'v=${steps.a.outputs.digest}'}\n";
+        assert!(
+            parse(ok, Format::Yaml).is_ok(),
+            "a step needed through another is fine"
+        );
+        let bad = "name: o\nsteps:\n  - name: a\n    run: [x]\n  - name: b\n    run: [x]\n    env: {D: '${steps.a.outputs.digest}', E: '${steps.zz.outputs.x}'}\n";
+        let errors = parse(bad, Format::Yaml).expect_err("invalid");
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert!(fields.contains(&"steps[1].env.D"), "{errors:?}");
+        assert!(fields.contains(&"steps[1].env.E"), "{errors:?}");
     }
 }
