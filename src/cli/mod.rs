@@ -140,7 +140,7 @@ impl EngineArgs {
 
 #[derive(Subcommand)]
 enum OutputCommand {
-    /// Store KEY = VALUE for this attempt; refused (exit 1) if a newer attempt exists.
+    /// Store KEY = VALUE for this attempt; refused (exit 2) if a newer attempt exists.
     Set { key: String, value: String },
 }
 

@@ -523,7 +523,13 @@ fn on_outputs(
     let index = progress.attempts.len().saturating_sub(1);
     match progress.attempts.last_mut() {
         Some(attempt) if attempt.fence == fence && attempt.is_in_flight() => {
+            // Bounded per attempt, not only per request: new names beyond the bound are
+            // dropped (existing ones may still be overwritten).
             for (key, value) in outputs {
+                let known = attempt.outputs.iter().any(|(k, _)| *k == key);
+                if !known && attempt.outputs.len() >= crate::limits::OUTPUTS_PER_ATTEMPT_MAX {
+                    continue;
+                }
                 match attempt.outputs.iter_mut().find(|(k, _)| *k == key) {
                     Some(slot) => slot.1 = value,
                     None => attempt.outputs.push((key, value)),

@@ -924,6 +924,9 @@ impl<E: Executor> Driver<E> {
         now: Timestamp,
         batch: &mut Batch,
     ) -> Result<(), StoreError> {
+        if to == RunState::DeadLettered {
+            tracing::error!(run = %id, "operator alert: run dead-lettered");
+        }
         if self.settings.webhooks.is_empty() {
             return Ok(());
         }
@@ -932,7 +935,6 @@ impl<E: Executor> Driver<E> {
         };
         let mut kinds = vec![WebhookEvent::RunState];
         if to == RunState::DeadLettered {
-            tracing::error!(run = %id, "operator alert: run dead-lettered");
             kinds.push(WebhookEvent::DeadLettered);
         }
         for kind in kinds {
