@@ -255,6 +255,18 @@ fn query_params<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiErro
     })
 }
 
+/// A page size: the default when absent, else 1..=max (a 400 naming `limit`).
+fn page_limit(limit: Option<usize>, default: usize, max: usize) -> Result<usize, ApiError> {
+    match limit.unwrap_or(default) {
+        limit @ 1.. if limit <= max => Ok(limit),
+        _ => Err(ApiError::field(
+            StatusCode::BAD_REQUEST,
+            "limit",
+            format!("must be 1..={max}"),
+        )),
+    }
+}
+
 fn parse_run_id(id: &str) -> Result<RunId, ApiError> {
     id.parse()
         .map_err(|e: String| ApiError::field(StatusCode::BAD_REQUEST, "id", e))
@@ -283,11 +295,7 @@ async fn list_runs(
         })?),
         None => None,
     };
-    let limit = query.limit.unwrap_or(limits::API_PAGE_DEFAULT);
-    if limit == 0 || limit > limits::API_PAGE_MAX {
-        let message = format!("must be 1..={}", limits::API_PAGE_MAX);
-        return Err(ApiError::field(StatusCode::BAD_REQUEST, "limit", message));
-    }
+    let limit = page_limit(query.limit, limits::API_PAGE_DEFAULT, limits::API_PAGE_MAX)?;
     let after = query.cursor.as_deref().map(parse_cursor).transpose()?;
     let read = state.service.store.read()?;
     let headers = read.list_runs(&RunQuery {
@@ -371,11 +379,11 @@ async fn history(
 ) -> Result<Response, ApiError> {
     let query = query_params(query)?;
     let run = parse_run_id(&id)?;
-    let limit = query.limit.unwrap_or(limits::HISTORY_PAGE_MAX);
-    if limit == 0 || limit > limits::HISTORY_PAGE_MAX {
-        let message = format!("must be 1..={}", limits::HISTORY_PAGE_MAX);
-        return Err(ApiError::field(StatusCode::BAD_REQUEST, "limit", message));
-    }
+    let limit = page_limit(
+        query.limit,
+        limits::HISTORY_PAGE_MAX,
+        limits::HISTORY_PAGE_MAX,
+    )?;
     let read = state.service.store.read()?;
     if read.run_header(run)?.is_none() {
         return Err(ApiError::new(
@@ -592,11 +600,7 @@ async fn list_dead_letters(
     query: Result<Query<DlqQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let query = query_params(query)?;
-    let limit = query.limit.unwrap_or(limits::API_PAGE_DEFAULT);
-    if limit == 0 || limit > limits::API_PAGE_MAX {
-        let message = format!("must be 1..={}", limits::API_PAGE_MAX);
-        return Err(ApiError::field(StatusCode::BAD_REQUEST, "limit", message));
-    }
+    let limit = page_limit(query.limit, limits::API_PAGE_DEFAULT, limits::API_PAGE_MAX)?;
     let letters = state
         .service
         .store
