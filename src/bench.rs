@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::engine::{
-    Attempt, AttemptState, Fence, Outcome, RunHeader, RunId, RunState, StepState, Timestamp,
-    Verdict,
+    Attempt, AttemptState, Fence, Outcome, RunHeader, RunId, RunState, StepProgress, StepState,
+    Timestamp, Verdict,
 };
 use crate::executor::fake::FakeExecutor;
 use crate::pipeline::{self, Format};
@@ -474,6 +474,7 @@ fn populate(dir: &Path, finished: u64, inflight: u64) -> anyhow::Result<()> {
                 created_at: at,
                 updated_at: at,
                 cancel: None,
+                budget: None,
             };
             tx.put_pipeline(id, &source)?;
             tx.put_run(&header, None)?;
@@ -492,15 +493,16 @@ fn populate(dir: &Path, finished: u64, inflight: u64) -> anyhow::Result<()> {
                     finished_at: at,
                 })
             };
-            tx.put_step(
-                id,
-                0,
-                if active {
-                    &StepState::Active
+            let progress = StepProgress {
+                state: if active {
+                    StepState::Active
                 } else {
-                    &StepState::Succeeded
+                    StepState::Succeeded
                 },
-            )?;
+                gate: None,
+                attempts: Vec::new(),
+            };
+            tx.put_step(id, 0, &progress)?;
             tx.put_attempt(
                 id,
                 0,

@@ -31,7 +31,7 @@ pub struct WebhookConfig {
     /// `http://` or `https://` URL the events are POSTed to.
     pub url: String,
     /// Which events: `run_state` (every run state change), `dead_lettered` (operator
-    /// alerts). Default: both.
+    /// alerts), `gate_waiting` (a gate opened and waits for a decision). Default: all.
     #[serde(default = "all_events")]
     pub events: Vec<WebhookEvent>,
     /// The HMAC-SHA256 key of `X-Scarab-Signature`.
@@ -46,6 +46,7 @@ pub struct WebhookConfig {
 pub enum WebhookEvent {
     RunState,
     DeadLettered,
+    GateWaiting,
 }
 
 impl WebhookEvent {
@@ -53,12 +54,17 @@ impl WebhookEvent {
         match self {
             WebhookEvent::RunState => "run_state",
             WebhookEvent::DeadLettered => "dead_lettered",
+            WebhookEvent::GateWaiting => "gate_waiting",
         }
     }
 }
 
 fn all_events() -> Vec<WebhookEvent> {
-    vec![WebhookEvent::RunState, WebhookEvent::DeadLettered]
+    vec![
+        WebhookEvent::RunState,
+        WebhookEvent::DeadLettered,
+        WebhookEvent::GateWaiting,
+    ]
 }
 
 fn default_timeout() -> Duration {

@@ -31,6 +31,16 @@ pub const STEP_TIMEOUT_MIN: Duration = Duration::from_secs(1);
 pub const STEP_TIMEOUT_MAX: Duration = Duration::from_secs(7 * 24 * 3600);
 /// `retry.max`: retries, so at most this plus one attempts by the author's policy.
 pub const RETRY_MAX: u32 = 20;
+/// A gate's `auto_release` and `expires`: at least a second, at most a year.
+pub const GATE_WAIT_MIN: Duration = Duration::from_secs(1);
+pub const GATE_WAIT_MAX: Duration = Duration::from_secs(365 * 24 * 3600);
+/// A gate's `message`.
+pub const GATE_MESSAGE_MAX_BYTES: usize = 1024;
+/// A pipeline's `budget`: at least a second, at most 30 days of active time.
+pub const BUDGET_MIN: Duration = Duration::from_secs(1);
+pub const BUDGET_MAX: Duration = Duration::from_secs(30 * 24 * 3600);
+/// A gate decision's comment.
+pub const GATE_COMMENT_MAX_BYTES: usize = 2048;
 pub const BACKOFF_INITIAL_MIN: Duration = Duration::from_millis(10);
 pub const BACKOFF_MAX_MAX: Duration = Duration::from_secs(24 * 3600);
 pub const BACKOFF_FACTOR_MIN: f64 = 1.0;
@@ -56,6 +66,8 @@ pub const COMMIT_BATCH_MAX: usize = 512;
 pub const INPUT_QUEUE_MAX: usize = 8192;
 /// Due timers fired per transaction.
 pub const TIMER_BATCH_MAX: usize = 512;
+/// The forward-progress check (over every non-terminal run) runs at most this often.
+pub const PROGRESS_CHECK_MIN_INTERVAL: Duration = Duration::from_secs(5);
 /// Global bound on never-started retries regardless of the step's own policy.
 pub const INFRA_RETRIES_MAX: u32 = 20;
 /// History events kept per run; beyond it new ones are not recorded (the earliest are

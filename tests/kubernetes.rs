@@ -426,7 +426,7 @@ fn readopt_10k_pods_benchmark() {
     let pipeline = scarab::pipeline::parse(&yaml, scarab::pipeline::Format::Yaml)
         .expect("valid")
         .pipeline;
-    let action = LaunchAction::from(&pipeline.steps[0].action);
+    let action = LaunchAction::of(&pipeline.steps[0].action).expect("a launchable step");
     let LaunchAction::Kubernetes(template) = &action else {
         panic!("a kubernetes step")
     };
@@ -445,6 +445,7 @@ fn readopt_10k_pods_benchmark() {
             created_at: now,
             updated_at: now,
             cancel: None,
+            budget: None,
         };
         tx.put_pipeline(
             run,
@@ -455,7 +456,12 @@ fn readopt_10k_pods_benchmark() {
         )
         .expect("pipeline");
         tx.put_run(&header, None).expect("run");
-        tx.put_step(run, 0, &StepState::Active).expect("step");
+        tx.put_step(
+            run,
+            0,
+            &scarab::engine::StepProgress::in_state(StepState::Active),
+        )
+        .expect("step");
         let attempt = Attempt {
             number: 1,
             fence,

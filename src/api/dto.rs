@@ -14,6 +14,8 @@ pub struct RunDetail {
     pub created_at: String,
     pub updated_at: String,
     pub cancel_requested_by: Option<String>,
+    /// The active-time budget, for pipelines that set one.
+    pub budget: Option<BudgetDto>,
     pub steps: Vec<StepDetail>,
     pub failure_classification: Option<ClassificationDto>,
     pub auto_retry: AutoRetryDto,
@@ -26,7 +28,63 @@ pub struct StepDetail {
     pub reason: Option<String>,
     pub executor: &'static str,
     pub needs: Vec<String>,
+    /// A gate step's state: its timers and, once decided, who decided what and when.
+    pub gate: Option<GateDto>,
     pub attempts: Vec<AttemptDto>,
+}
+
+#[derive(Serialize)]
+pub struct GateDto {
+    pub message: Option<String>,
+    pub opened_at: Option<String>,
+    pub auto_release_at: Option<String>,
+    pub expires_at: Option<String>,
+    pub decision: Option<GateDecisionDto>,
+}
+
+#[derive(Serialize)]
+pub struct GateDecisionDto {
+    /// `approved`, `rejected`, `auto_released` or `expired`.
+    pub outcome: &'static str,
+    pub by: String,
+    pub caller: String,
+    pub at: String,
+    pub comment: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct BudgetDto {
+    pub limit_ms: u64,
+    /// Active time used so far (time `waiting` on gates excluded).
+    pub used_ms: u64,
+    /// Whether the clock runs now (it is paused while the run is `waiting`).
+    pub running: bool,
+    pub exceeded_at: Option<String>,
+}
+
+pub fn gate_decision(decision: &crate::engine::GateDecision) -> GateDecisionDto {
+    GateDecisionDto {
+        outcome: decision.outcome.as_str(),
+        by: decision.by.clone(),
+        caller: decision.caller.clone(),
+        at: rfc3339(decision.at),
+        comment: decision.comment.clone(),
+    }
+}
+
+fn gate_dto(
+    spec: &crate::pipeline::Step,
+    progress: &crate::engine::StepProgress,
+) -> Option<GateDto> {
+    let gate_spec = spec.action.gate()?;
+    let gate = progress.gate.as_ref();
+    Some(GateDto {
+        message: gate_spec.message.clone(),
+        opened_at: gate.map(|g| rfc3339(g.opened_at)),
+        auto_release_at: gate.and_then(|g| g.release_at).map(rfc3339),
+        expires_at: gate.and_then(|g| g.expires_at).map(rfc3339),
+        decision: gate.and_then(|g| g.decision.as_ref()).map(gate_decision),
+    })
 }
 
 #[derive(Serialize)]
@@ -107,6 +165,7 @@ pub fn run_detail(run: &Run) -> RunDetail {
                 .iter()
                 .map(|&n| run.pipeline.steps[n].name.clone())
                 .collect(),
+            gate: gate_dto(spec, progress),
             attempts: progress.attempts.iter().map(attempt_dto).collect(),
         })
         .collect();
@@ -118,6 +177,12 @@ pub fn run_detail(run: &Run) -> RunDetail {
         created_at: rfc3339(header.created_at),
         updated_at: rfc3339(header.updated_at),
         cancel_requested_by: header.cancel.as_ref().map(|c| c.by.clone()),
+        budget: header.budget.as_ref().map(|clock| BudgetDto {
+            limit_ms: clock.limit_ms,
+            used_ms: clock.used_at(crate::clock::now()),
+            running: clock.active_since.is_some(),
+            exceeded_at: clock.exceeded_at.map(rfc3339),
+        }),
         steps,
         failure_classification: classify_run(run).map(Into::into),
         auto_retry: AutoRetryDto {

@@ -1,13 +1,14 @@
 //! The HTTP API (`/v1`, JSON), health and readiness. Reads go straight to the store
 //! (redb readers never block the writer); writes go through the service's driver.
 
+pub mod auth;
 pub mod dto;
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -35,6 +36,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/runs/{id}", get(show_run))
         .route("/runs/{id}/history", get(history))
         .route("/runs/{id}/cancel", post(cancel))
+        .route("/runs/{id}/gates/{step}/approve", post(approve_gate))
+        .route("/runs/{id}/gates/{step}/reject", post(reject_gate))
         .route("/runs/{id}/steps/{step}/logs", get(logs))
         .route("/dlq", get(list_dead_letters))
         .route("/dlq/{id}", get(show_dead_letter))
@@ -106,7 +109,7 @@ impl From<StoreError> for ApiError {
     }
 }
 
-async fn authenticate(State(state): State<ApiState>, request: Request, next: Next) -> Response {
+async fn authenticate(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -122,6 +125,10 @@ async fn authenticate(State(state): State<ApiState>, request: Request, next: Nex
         return ApiError::new(StatusCode::UNAUTHORIZED, "missing or invalid bearer token")
             .into_response();
     }
+    request.extensions_mut().insert(auth::Caller {
+        name: "admin".to_string(),
+        role: auth::Role::Admin,
+    });
     next.run(request).await
 }
 
@@ -140,11 +147,25 @@ async fn readyz(State(state): State<ApiState>) -> Response {
             )
         })
         .collect();
-    match (state.service.is_ready(), depth) {
-        (true, Ok(depth)) => {
-            Json(json!({"ready": true, "outbox_depth": depth, "executors": executors}))
-                .into_response()
+    let progress = if state.service.is_ready() {
+        match state.service.progress().await {
+            Ok(report) => json!({
+                "runs": report.runs,
+                "stuck": report.stuck.iter().map(|s| json!({"run": s.run.to_string(), "problem": s.problem})).collect::<Vec<_>>(),
+            }),
+            Err(error) => json!({"error": error.to_string()}),
         }
+    } else {
+        serde_json::Value::Null
+    };
+    match (state.service.is_ready(), depth) {
+        (true, Ok(depth)) => Json(json!({
+            "ready": true,
+            "outbox_depth": depth,
+            "executors": executors,
+            "progress": progress,
+        }))
+        .into_response(),
         (false, _) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({"ready": false, "reason": "re-adopting"})),
@@ -442,6 +463,119 @@ async fn cancel(
         Json(json!({"id": run.to_string(), "cancel": "requested"})),
     )
         .into_response())
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct DecideBody {
+    by: Option<String>,
+    comment: Option<String>,
+}
+
+async fn approve_gate(
+    state: State<ApiState>,
+    caller: Extension<auth::Caller>,
+    path: Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    decide_gate(state, caller, path, body, true).await
+}
+
+async fn reject_gate(
+    state: State<ApiState>,
+    caller: Extension<auth::Caller>,
+    path: Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    decide_gate(state, caller, path, body, false).await
+}
+
+/// Approve or reject: one permission check, the caller's identity recorded with the
+/// name the person gave (`by`, default: the caller's).
+async fn decide_gate(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<auth::Caller>,
+    Path((id, step)): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+    approve: bool,
+) -> Result<Response, ApiError> {
+    use crate::engine::RejectedInput;
+    use crate::service::DecideError;
+    auth::permit(&caller, auth::Permission::Approve)?;
+    let run = parse_run_id(&id)?;
+    let body = body.map_err(|r| ApiError::new(r.status(), r.body_text()))?;
+    let body: DecideBody = if body.iter().all(u8::is_ascii_whitespace) {
+        DecideBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::field(
+                StatusCode::BAD_REQUEST,
+                "body",
+                format!("invalid JSON: {e}"),
+            )
+        })?
+    };
+    let by = match body.by.as_deref().map(str::trim) {
+        Some("") => {
+            return Err(ApiError::field(
+                StatusCode::BAD_REQUEST,
+                "by",
+                "must not be empty",
+            ));
+        }
+        Some(by) if by.len() > limits::ORIGIN_MAX_BYTES => {
+            return Err(ApiError::field(
+                StatusCode::BAD_REQUEST,
+                "by",
+                format!("must be at most {} bytes", limits::ORIGIN_MAX_BYTES),
+            ));
+        }
+        Some(by) => by.to_string(),
+        None => caller.name.clone(),
+    };
+    if let Some(comment) = &body.comment
+        && comment.len() > limits::GATE_COMMENT_MAX_BYTES
+    {
+        return Err(ApiError::field(
+            StatusCode::BAD_REQUEST,
+            "comment",
+            format!("must be at most {} bytes", limits::GATE_COMMENT_MAX_BYTES),
+        ));
+    }
+    let decided = state
+        .service
+        .decide(
+            run,
+            step.clone(),
+            approve,
+            by,
+            caller.name.clone(),
+            body.comment,
+        )
+        .await
+        .map_err(|e| match &e {
+            DecideError::RunNotFound(_) => ApiError::new(StatusCode::NOT_FOUND, e.to_string()),
+            DecideError::StepNotFound { .. } => {
+                ApiError::field(StatusCode::NOT_FOUND, "step", e.to_string())
+            }
+            DecideError::Rejected(RejectedInput::NotAGate(_)) => {
+                ApiError::field(StatusCode::BAD_REQUEST, "step", e.to_string())
+            }
+            DecideError::Rejected(_) => ApiError::new(StatusCode::CONFLICT, e.to_string()),
+            DecideError::ShuttingDown => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+            }
+            DecideError::Store(_) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+            }
+        })?;
+    tracing::info!(%run, step, decision = decided.outcome.as_str(), by = %decided.by, caller = %decided.caller, "gate decided");
+    Ok(Json(json!({
+        "run": run.to_string(),
+        "step": step,
+        "decision": dto::gate_decision(&decided),
+    }))
+    .into_response())
 }
 
 #[derive(Deserialize)]

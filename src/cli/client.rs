@@ -226,6 +226,38 @@ pub fn runs(
     Ok(ExitCode::SUCCESS)
 }
 
+/// A gate in `scarab show`: who decided what and when, or what it waits for.
+fn gate_line(gate: &serde_json::Map<String, serde_json::Value>) -> String {
+    let text = |key: &str| gate.get(key).and_then(|v| v.as_str());
+    if let Some(decision) = gate.get("decision").and_then(|d| d.as_object()) {
+        let field = |key: &str| decision.get(key).and_then(|v| v.as_str()).unwrap_or("");
+        let mut line = format!(
+            "gate {} by {} at {}",
+            field("outcome"),
+            field("by"),
+            field("at")
+        );
+        if let Some(comment) = decision.get("comment").and_then(|c| c.as_str()) {
+            line.push_str(&format!(": {comment}"));
+        }
+        return line;
+    }
+    let Some(opened) = text("opened_at") else {
+        return "gate not reached yet".to_string();
+    };
+    let mut line = format!("gate waiting since {opened}");
+    if let Some(at) = text("auto_release_at") {
+        line.push_str(&format!(", auto-release at {at}"));
+    }
+    if let Some(at) = text("expires_at") {
+        line.push_str(&format!(", expires at {at}"));
+    }
+    if let Some(message) = text("message") {
+        line.push_str(&format!(" — {message}"));
+    }
+    line
+}
+
 pub fn show(args: &ClientArgs, run: &str) -> anyhow::Result<ExitCode> {
     let client = Client::new(args)?;
     let answer = client.get(&format!("/v1/runs/{run}"))?;
@@ -263,6 +295,15 @@ pub fn show(args: &ClientArgs, run: &str) -> anyhow::Result<ExitCode> {
     );
     for step in value["steps"].as_array().into_iter().flatten() {
         let attempts = step["attempts"].as_array().cloned().unwrap_or_default();
+        if let Some(gate) = step["gate"].as_object() {
+            println!(
+                "{:<20} {:<14} {}",
+                step["name"].as_str().unwrap_or(""),
+                step["state"].as_str().unwrap_or(""),
+                gate_line(gate)
+            );
+            continue;
+        }
         if attempts.is_empty() {
             println!(
                 "{:<20} {:<14}",
@@ -347,6 +388,41 @@ pub fn cancel(args: &ClientArgs, run: &str) -> anyhow::Result<ExitCode> {
     match args.output {
         Output::Json => print_json(&answer.json()?)?,
         Output::Table => println!("cancel requested for {run}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn decide(
+    args: &ClientArgs,
+    run: &str,
+    step: &str,
+    decision: &super::DecisionArgs,
+    approve: bool,
+) -> anyhow::Result<ExitCode> {
+    let client = Client::new(args)?;
+    let by = decision
+        .by
+        .clone()
+        .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()));
+    let body = serde_json::json!({"by": by, "comment": decision.comment});
+    let verb = if approve { "approve" } else { "reject" };
+    let answer = client.post(
+        &format!("/v1/runs/{run}/gates/{step}/{verb}"),
+        "application/json",
+        body.to_string().as_bytes(),
+        &[],
+    )?;
+    if !answer.ok() {
+        return fail(&answer);
+    }
+    let value = answer.json()?;
+    match args.output {
+        Output::Json => print_json(&value)?,
+        Output::Table => println!(
+            "gate {step} of {run}: {} by {}",
+            value["decision"]["outcome"].as_str().unwrap_or(""),
+            value["decision"]["by"].as_str().unwrap_or("")
+        ),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -262,6 +262,26 @@ enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Approve a gate: the run goes on past it.
+    Approve {
+        run: String,
+        /// The gate step's name.
+        step: String,
+        #[command(flatten)]
+        decision: DecisionArgs,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Reject a gate: it fails with reason GateRejected, and steps after it are skipped.
+    Reject {
+        run: String,
+        /// The gate step's name.
+        step: String,
+        #[command(flatten)]
+        decision: DecisionArgs,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Measure the performance targets beside this machine's limits (docs/benchmarks.md).
     Bench {
         /// Scratch directory (on the disk to measure).
@@ -289,6 +309,17 @@ enum Command {
     /// Supervise one local attempt (started by the service; not for direct use).
     #[command(hide = true)]
     Supervise { dir: PathBuf },
+}
+
+/// Who decides a gate and why; both are recorded with the decision.
+#[derive(clap::Args, Clone, Debug)]
+pub struct DecisionArgs {
+    /// A comment kept with the decision.
+    #[arg(long)]
+    pub comment: Option<String>,
+    /// Your name as recorded (default: $USER, else the token's identity).
+    #[arg(long)]
+    pub by: Option<String>,
 }
 
 pub fn main() -> ExitCode {
@@ -356,6 +387,18 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             client,
         } => client::logs(&client, &run, &step, &stream, attempt, follow),
         Command::Cancel { run, client } => client::cancel(&client, &run),
+        Command::Approve {
+            run,
+            step,
+            decision,
+            client,
+        } => client::decide(&client, &run, &step, &decision, true),
+        Command::Reject {
+            run,
+            step,
+            decision,
+            client,
+        } => client::decide(&client, &run, &step, &decision, false),
         Command::Dlq { action, client } => match action {
             DlqCommand::List { after, limit } => client::dlq_list(&client, after, limit),
             DlqCommand::Show { id } => client::dlq_show(&client, id),

@@ -90,6 +90,16 @@ fn step_line(run: &Run, step: usize, now: Timestamp) -> String {
         StepState::Failed { reason } | StepState::DeadLettered { reason } => {
             format!("{} ({reason})", progress.state.as_str())
         }
+        StepState::Waiting => {
+            let gate = progress.gate.as_ref();
+            match gate.and_then(|g| g.release_at.or(g.expires_at)) {
+                Some(due) if gate.and_then(|g| g.release_at).is_some() => {
+                    format!("gate: auto-release in {:.0}s", due.since(now).as_secs_f64())
+                }
+                Some(due) => format!("gate: expires in {:.0}s", due.since(now).as_secs_f64()),
+                None => "gate: waiting for approval".to_string(),
+            }
+        }
         other => other.as_str().to_string(),
     };
     let Some(attempt) = progress.attempts.last() else {

@@ -5,6 +5,7 @@
 
 use super::Undelivered;
 use super::class::FailureClass;
+use super::machine::{BUDGET_EXCEEDED, GATE_EXPIRED, GATE_REJECTED};
 use super::state::{Run, RunState, StepState};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,8 +39,83 @@ pub fn classify_run(run: &Run) -> Option<FailureClassification> {
 }
 
 /// The failed step that decided the run's state: a dead-lettered one first (it decides a
-/// `dead_lettered` run), else the first failed one in pipeline order.
+/// `dead_lettered` run), else the first failed one in pipeline order; a gate's refusal is
+/// `gate` and a run stopped by its budget is `budget`, whatever the attempts say.
 fn first_failure(run: &Run) -> Option<FailureClassification> {
+    let decided = run.steps.iter().position(|s| match &s.state {
+        StepState::Failed { reason } => {
+            reason == GATE_REJECTED || reason == GATE_EXPIRED || reason == BUDGET_EXCEEDED
+        }
+        _ => false,
+    });
+    let dead_first = run
+        .steps
+        .iter()
+        .position(|s| matches!(s.state, StepState::DeadLettered { .. }));
+    let first_failed = run
+        .steps
+        .iter()
+        .position(|s| matches!(s.state, StepState::Failed { .. }));
+    if dead_first.is_none() && decided.is_some() && decided == first_failed {
+        return decided.and_then(|step| decided_failure(run, step));
+    }
+    if dead_first.is_none()
+        && first_failed.is_none()
+        && let Some(clock) = &run.header.budget
+        && clock.exceeded_at.is_some()
+    {
+        return Some(budget_failure(None, clock.used_ms, clock.limit_ms));
+    }
+    attempt_failure(run)
+}
+
+/// A failure the engine decided itself: a gate's refusal or the budget.
+fn decided_failure(run: &Run, step: usize) -> Option<FailureClassification> {
+    let name = run.pipeline.steps[step].name.clone();
+    let progress = &run.steps[step];
+    let StepState::Failed { reason } = &progress.state else {
+        return None;
+    };
+    if reason == BUDGET_EXCEEDED {
+        let (used, limit) = run
+            .header
+            .budget
+            .as_ref()
+            .map_or((0, 0), |c| (c.used_ms, c.limit_ms));
+        return Some(budget_failure(Some(name), used, limit));
+    }
+    let decision = progress.gate.as_ref().and_then(|g| g.decision.as_ref());
+    let reason = match decision {
+        Some(d) if reason == GATE_REJECTED => match &d.comment {
+            Some(comment) => format!("{reason}: rejected by {} ({comment})", d.by),
+            None => format!("{reason}: rejected by {}", d.by),
+        },
+        _ => format!("{reason}: nobody approved before the gate expired"),
+    };
+    Some(FailureClassification {
+        category: "gate",
+        auto_retryable: false,
+        step: Some(name),
+        reason,
+    })
+}
+
+fn budget_failure(step: Option<String>, used_ms: u64, limit_ms: u64) -> FailureClassification {
+    let format = |ms: u64| humantime::format_duration(std::time::Duration::from_millis(ms));
+    FailureClassification {
+        category: "budget",
+        auto_retryable: false,
+        step,
+        reason: format!(
+            "{BUDGET_EXCEEDED}: active time {} exceeded the budget of {}",
+            format(used_ms / 1000 * 1000),
+            format(limit_ms)
+        ),
+    }
+}
+
+/// A failure the attempts decided: their class, or the outbox's category.
+fn attempt_failure(run: &Run) -> Option<FailureClassification> {
     let dead = run
         .steps
         .iter()

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use super::retry::{self, Decision};
 use super::state::{
-    Attempt, AttemptState, CancelRequest, KillReason, Run, RunHeader, RunState, StepProgress,
-    StepState,
+    Attempt, AttemptState, BudgetClock, CancelRequest, GateDecision, GateOutcome, GateProgress,
+    KillReason, Run, RunHeader, RunState, StepProgress, StepState,
 };
 use super::{
     Effects, EngineSettings, Event, FenceCounter, Input, Intent, LaunchOrder, Outcome, RunId,
@@ -23,7 +23,21 @@ pub enum RejectedInput {
     /// A zombie (or a late attempt) wrote with a fence that is not the step's current one.
     #[error("stale_fence")]
     StaleFence { current: Option<super::Fence> },
+    #[error("step {0} is not a gate")]
+    NotAGate(String),
+    /// The gate is not open: not reached yet, or already decided.
+    #[error("gate {step} is {state}, not waiting for a decision")]
+    GateNotOpen { step: String, state: String },
 }
+
+/// The step reason of a gate that was rejected.
+pub const GATE_REJECTED: &str = "GateRejected";
+/// The step reason of a gate nobody approved before it expired.
+pub const GATE_EXPIRED: &str = "GateExpired";
+/// The step reason of steps stopped because the run's budget ran out.
+pub const BUDGET_EXCEEDED: &str = "BudgetExceeded";
+/// Who decides a gate through its own timers.
+pub const SYSTEM: &str = "system";
 
 pub struct Engine {
     settings: EngineSettings,
@@ -55,6 +69,7 @@ impl Engine {
             created_at: now,
             updated_at: now,
             cancel: None,
+            budget: pipeline.budget.map(|limit| BudgetClock::new(limit, now)),
         };
         let steps = vec![StepProgress::new(); pipeline.steps.len()];
         let mut run = Run {
@@ -67,6 +82,12 @@ impl Engine {
             steps: run.steps.len(),
         });
         effects.steps_changed.extend(0..run.steps.len());
+        if let Some(due) = run.header.budget.as_ref().and_then(|b| b.due) {
+            effects.intents.push(Intent::ScheduleTimer {
+                due,
+                timer: Timer::Budget,
+            });
+        }
         self.advance(&mut run, fences, now, &mut effects);
         (run, effects)
     }
@@ -96,6 +117,20 @@ impl Engine {
             Input::TimerFired(Timer::Backstop { step, fence }) => {
                 self.on_backstop(run, step, fence, now, &mut effects)
             }
+            Input::TimerFired(Timer::GateRelease { step }) => {
+                on_gate_timer(run, step, GateOutcome::AutoReleased, now, &mut effects)
+            }
+            Input::TimerFired(Timer::GateExpiry { step }) => {
+                on_gate_timer(run, step, GateOutcome::Expired, now, &mut effects)
+            }
+            Input::TimerFired(Timer::Budget) => on_budget(run, now, &mut effects),
+            Input::Decide {
+                step,
+                approve,
+                by,
+                caller,
+                comment,
+            } => on_decide(run, step, approve, by, caller, comment, now, &mut effects)?,
             Input::Cancel { by } => on_cancel(run, by, now, &mut effects)?,
             Input::Undeliverable {
                 step,
@@ -186,6 +221,7 @@ impl Engine {
         let next = match outcome {
             Outcome::Succeeded => StepState::Succeeded,
             _ if run.header.cancel.is_some() => StepState::Cancelled,
+            _ if budget_exceeded(run) => budget_failure(),
             // Scarab only stops an attempt for a cancel or a timeout; a stop without a
             // pending cancel means the executor lost track of why: no verdict.
             Outcome::Stopped => {
@@ -295,6 +331,8 @@ impl Engine {
         attempt.state = AttemptState::Finished(verdict);
         let next = if run.header.cancel.is_some() {
             StepState::Cancelled
+        } else if budget_exceeded(run) {
+            budget_failure()
         } else {
             self.after_failure(run, step, super::FailureClass::Lost, now, effects)
         };
@@ -336,6 +374,14 @@ impl Engine {
                         set_step_state(run, step, StepState::Cancelled, effects);
                         progressed = true;
                     }
+                    Readiness::Ready if budget_exceeded(run) => {
+                        set_step_state(run, step, StepState::Skipped, effects);
+                        progressed = true;
+                    }
+                    Readiness::Ready if run.pipeline.steps[step].action.gate().is_some() => {
+                        open_gate(run, step, now, effects);
+                        progressed = true;
+                    }
                     Readiness::Ready => {
                         self.mint_attempt(run, step, fences, now, effects);
                         progressed = true;
@@ -346,10 +392,7 @@ impl Engine {
                 break;
             }
         }
-        if run.steps.iter().all(|s| s.state.is_terminal()) && !run.header.state.is_terminal() {
-            let outcome = run_outcome(run);
-            set_run_state(run, outcome, effects);
-        }
+        settle_run_state(run, now, effects);
         run.header.updated_at = now;
     }
 
@@ -504,6 +547,7 @@ fn with_resolved_env(
             pod.env = resolve_env(run, &pod.env);
             crate::pipeline::StepAction::Kubernetes(pod)
         }
+        crate::pipeline::StepAction::Gate(gate) => crate::pipeline::StepAction::Gate(gate.clone()),
     }
 }
 
@@ -607,6 +651,10 @@ fn on_cancel(
                 set_step_state(run, step, StepState::Cancelled, effects);
             }
             StepState::Active => request_kill(run, step, KillReason::Cancel, effects),
+            StepState::Waiting => {
+                cancel_gate_timers(run, step, effects);
+                set_step_state(run, step, StepState::Cancelled, effects);
+            }
             StepState::Succeeded
             | StepState::Failed { .. }
             | StepState::DeadLettered { .. }
@@ -638,14 +686,14 @@ fn request_kill(run: &mut Run, step: usize, reason: KillReason, effects: &mut Ef
     });
 }
 
-enum Readiness {
+pub(super) enum Readiness {
     Blocked,
     Ready,
     /// A step it needs ended without success: it can never run.
     Doomed,
 }
 
-fn readiness(run: &Run, step: usize) -> Readiness {
+pub(super) fn readiness(run: &Run, step: usize) -> Readiness {
     let mut ready = true;
     for &need in &run.pipeline.steps[step].needs {
         match run.steps[need].state {
@@ -654,9 +702,10 @@ fn readiness(run: &Run, step: usize) -> Readiness {
             | StepState::DeadLettered { .. }
             | StepState::Skipped
             | StepState::Cancelled => return Readiness::Doomed,
-            StepState::Pending | StepState::Active | StepState::RetryWaiting { .. } => {
-                ready = false
-            }
+            StepState::Pending
+            | StepState::Active
+            | StepState::RetryWaiting { .. }
+            | StepState::Waiting => ready = false,
         }
     }
     if ready {
@@ -666,13 +715,13 @@ fn readiness(run: &Run, step: usize) -> Readiness {
     }
 }
 
-/// §6: dead-lettered if any step is, else failed if any is, else cancelled if a cancel
-/// stopped anything, else succeeded.
+/// §6: dead-lettered if any step is, else failed if any is (or the budget ran out), else
+/// cancelled if a cancel stopped anything, else succeeded.
 fn run_outcome(run: &Run) -> RunState {
     let any = |pred: fn(&StepState) -> bool| run.steps.iter().any(|s| pred(&s.state));
     if any(|s| matches!(s, StepState::DeadLettered { .. })) {
         RunState::DeadLettered
-    } else if any(|s| matches!(s, StepState::Failed { .. })) {
+    } else if any(|s| matches!(s, StepState::Failed { .. })) || budget_exceeded(run) {
         RunState::Failed
     } else if run.header.cancel.is_some()
         && any(|s| matches!(s, StepState::Cancelled | StepState::Skipped))
@@ -721,4 +770,270 @@ fn set_run_state(run: &mut Run, to: RunState, effects: &mut Effects) {
     }
     run.header.state = to;
     effects.events.push(Event::RunState { from, to });
+}
+
+// --- Gates -------------------------------------------------------------------------------
+
+/// A gate whose needs succeeded opens: it waits for a decision, and its timers (if any)
+/// are scheduled.
+fn open_gate(run: &mut Run, step: usize, now: Timestamp, effects: &mut Effects) {
+    let spec = run.pipeline.steps[step]
+        .action
+        .gate()
+        .cloned()
+        .unwrap_or_default();
+    let release_at = spec.auto_release.map(|wait| now.plus(wait));
+    let expires_at = spec.expires.map(|wait| now.plus(wait));
+    if let Some(due) = release_at {
+        effects.intents.push(Intent::ScheduleTimer {
+            due,
+            timer: Timer::GateRelease { step },
+        });
+    }
+    if let Some(due) = expires_at {
+        effects.intents.push(Intent::ScheduleTimer {
+            due,
+            timer: Timer::GateExpiry { step },
+        });
+    }
+    run.steps[step].gate = Some(GateProgress {
+        opened_at: now,
+        release_at,
+        expires_at,
+        decision: None,
+    });
+    effects.events.push(Event::GateOpened { step });
+    set_step_state(run, step, StepState::Waiting, effects);
+}
+
+fn cancel_gate_timers(run: &Run, step: usize, effects: &mut Effects) {
+    let Some(gate) = &run.steps[step].gate else {
+        return;
+    };
+    if let Some(due) = gate.release_at {
+        effects.intents.push(Intent::CancelTimer {
+            due,
+            timer: Timer::GateRelease { step },
+        });
+    }
+    if let Some(due) = gate.expires_at {
+        effects.intents.push(Intent::CancelTimer {
+            due,
+            timer: Timer::GateExpiry { step },
+        });
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn on_decide(
+    run: &mut Run,
+    step: usize,
+    approve: bool,
+    by: String,
+    caller: String,
+    comment: Option<String>,
+    now: Timestamp,
+    effects: &mut Effects,
+) -> Result<(), RejectedInput> {
+    let Some(spec) = run.pipeline.steps.get(step) else {
+        return Err(RejectedInput::NotAGate(format!("#{step}")));
+    };
+    if spec.action.gate().is_none() {
+        return Err(RejectedInput::NotAGate(spec.name.clone()));
+    }
+    let progress = &run.steps[step];
+    if progress.state != StepState::Waiting || run.header.state.is_terminal() {
+        let state = match progress.gate.as_ref().and_then(|g| g.decision.as_ref()) {
+            Some(decision) => format!("already {} by {}", decision.outcome.as_str(), decision.by),
+            None => progress.state.as_str().to_string(),
+        };
+        return Err(RejectedInput::GateNotOpen {
+            step: spec.name.clone(),
+            state,
+        });
+    }
+    let outcome = if approve {
+        GateOutcome::Approved
+    } else {
+        GateOutcome::Rejected
+    };
+    let decision = GateDecision {
+        outcome,
+        by,
+        caller,
+        at: now,
+        comment,
+    };
+    decide(run, step, decision, effects);
+    Ok(())
+}
+
+/// A gate's own timer: approve (`auto_release`) or fail (`expires`) if it is still open.
+/// A timer of a gate already decided changes nothing.
+fn on_gate_timer(
+    run: &mut Run,
+    step: usize,
+    outcome: GateOutcome,
+    now: Timestamp,
+    effects: &mut Effects,
+) {
+    if run.steps.get(step).map(|s| &s.state) != Some(&StepState::Waiting) {
+        return;
+    }
+    let comment = match outcome {
+        GateOutcome::AutoReleased => "auto_release came due",
+        _ => "expired: nobody approved in time",
+    };
+    let decision = GateDecision {
+        outcome,
+        by: SYSTEM.to_string(),
+        caller: SYSTEM.to_string(),
+        at: now,
+        comment: Some(comment.to_string()),
+    };
+    decide(run, step, decision, effects);
+}
+
+fn decide(run: &mut Run, step: usize, decision: GateDecision, effects: &mut Effects) {
+    cancel_gate_timers(run, step, effects);
+    let next = match decision.outcome {
+        GateOutcome::Approved | GateOutcome::AutoReleased => StepState::Succeeded,
+        GateOutcome::Rejected => StepState::Failed {
+            reason: GATE_REJECTED.to_string(),
+        },
+        GateOutcome::Expired => StepState::Failed {
+            reason: GATE_EXPIRED.to_string(),
+        },
+    };
+    if let Some(gate) = run.steps[step].gate.as_mut() {
+        gate.decision = Some(decision.clone());
+    }
+    effects.events.push(Event::GateDecided { step, decision });
+    set_step_state(run, step, next, effects);
+}
+
+// --- The run's state and its budget -----------------------------------------------------
+
+/// Decides the run's state from its steps: an outcome once every step is terminal,
+/// `waiting` while only gates are left, and back to `running` when anything else is in
+/// progress again. The budget clock pauses and resumes with `waiting`.
+fn settle_run_state(run: &mut Run, now: Timestamp, effects: &mut Effects) {
+    if run.header.state.is_terminal() {
+        return;
+    }
+    if run.steps.iter().all(|s| s.state.is_terminal()) {
+        let outcome = run_outcome(run);
+        pause_budget(run, now, effects);
+        set_run_state(run, outcome, effects);
+        return;
+    }
+    let busy = run
+        .steps
+        .iter()
+        .any(|s| matches!(s.state, StepState::Active | StepState::RetryWaiting { .. }));
+    let gated = run.steps.iter().any(|s| s.state == StepState::Waiting);
+    if !busy && gated {
+        pause_budget(run, now, effects);
+        set_run_state(run, RunState::Waiting, effects);
+    } else if busy && run.header.state == RunState::Waiting {
+        resume_budget(run, now, effects);
+        set_run_state(run, RunState::Running, effects);
+    }
+}
+
+fn budget_exceeded(run: &Run) -> bool {
+    run.header
+        .budget
+        .as_ref()
+        .is_some_and(|b| b.exceeded_at.is_some())
+}
+
+fn budget_failure() -> StepState {
+    StepState::Failed {
+        reason: BUDGET_EXCEEDED.to_string(),
+    }
+}
+
+fn pause_budget(run: &mut Run, now: Timestamp, effects: &mut Effects) {
+    let Some(clock) = run.header.budget.as_mut() else {
+        return;
+    };
+    clock.used_ms = clock.used_at(now);
+    clock.active_since = None;
+    if let Some(due) = clock.due.take() {
+        effects.intents.push(Intent::CancelTimer {
+            due,
+            timer: Timer::Budget,
+        });
+    }
+}
+
+fn resume_budget(run: &mut Run, now: Timestamp, effects: &mut Effects) {
+    let Some(clock) = run.header.budget.as_mut() else {
+        return;
+    };
+    if clock.active_since.is_some() || clock.exceeded_at.is_some() {
+        return;
+    }
+    clock.active_since = Some(now);
+    let due = now.plus(clock.remaining_at(now));
+    clock.due = Some(due);
+    effects.intents.push(Intent::ScheduleTimer {
+        due,
+        timer: Timer::Budget,
+    });
+}
+
+/// The budget timer: if the run has used up its active time, everything in progress is
+/// stopped and nothing new starts; the run fails with category `budget`. A timer that
+/// finds the clock paused (or time left) is stale and changes nothing but its own slot.
+fn on_budget(run: &mut Run, now: Timestamp, effects: &mut Effects) {
+    let Some(clock) = run.header.budget.as_mut() else {
+        return;
+    };
+    if clock.exceeded_at.is_some() || clock.active_since.is_none() || run.header.state.is_terminal()
+    {
+        return;
+    }
+    let used = clock.used_at(now);
+    if used < clock.limit_ms {
+        let due = now.plus(clock.remaining_at(now));
+        clock.due = Some(due);
+        effects.intents.push(Intent::ScheduleTimer {
+            due,
+            timer: Timer::Budget,
+        });
+        return;
+    }
+    clock.used_ms = used;
+    clock.active_since = None;
+    clock.due = None;
+    clock.exceeded_at = Some(now);
+    let limit_ms = clock.limit_ms;
+    effects.events.push(Event::BudgetExceeded {
+        used_ms: used,
+        limit_ms,
+    });
+    for step in 0..run.steps.len() {
+        match run.steps[step].state.clone() {
+            StepState::Active => request_kill(run, step, KillReason::Budget, effects),
+            StepState::RetryWaiting { due } => {
+                effects.intents.push(Intent::CancelTimer {
+                    due,
+                    timer: Timer::RetryDue { step },
+                });
+                set_step_state(run, step, budget_failure(), effects);
+            }
+            StepState::Waiting => {
+                cancel_gate_timers(run, step, effects);
+                set_step_state(run, step, StepState::Skipped, effects);
+            }
+            StepState::Pending => set_step_state(run, step, StepState::Skipped, effects),
+            StepState::Succeeded
+            | StepState::Failed { .. }
+            | StepState::DeadLettered { .. }
+            | StepState::Skipped
+            | StepState::Cancelled => {}
+        }
+    }
 }

@@ -6,8 +6,11 @@
 
 pub mod class;
 pub mod classification;
+#[cfg(test)]
+mod gate_tests;
 pub mod ids;
 mod machine;
+pub mod progress;
 pub mod retry;
 #[cfg(test)]
 mod simulation;
@@ -20,10 +23,11 @@ use std::time::Duration;
 pub use class::{FailureClass, Outcome, Verdict};
 pub use classification::{FailureClassification, classify_run};
 pub use ids::{Fence, FenceCounter, RunId, Timestamp};
-pub use machine::{Engine, RejectedInput};
+pub use machine::{BUDGET_EXCEEDED, Engine, GATE_EXPIRED, GATE_REJECTED, RejectedInput, SYSTEM};
+pub use progress::{Stuck, Wait, waits};
 pub use state::{
-    Attempt, AttemptState, CancelRequest, KillReason, Run, RunHeader, RunState, StepProgress,
-    StepState,
+    Attempt, AttemptState, BudgetClock, CancelRequest, GateDecision, GateOutcome, GateProgress,
+    KillReason, Run, RunHeader, RunState, StepProgress, StepState,
 };
 
 use crate::pipeline::StepAction;
@@ -89,6 +93,16 @@ pub enum Input {
         fence: Fence,
         outputs: Vec<(String, String)>,
     },
+    /// A person approves or rejects an open gate.
+    Decide {
+        step: usize,
+        approve: bool,
+        /// The name the person gave (or the caller's identity when they gave none).
+        by: String,
+        /// The authenticated caller.
+        caller: String,
+        comment: Option<String>,
+    },
 }
 
 /// Why the outbox gave up (the step's terminal reason and the run's category).
@@ -115,6 +129,12 @@ pub enum Timer {
     RetryDue { step: usize },
     /// The engine backstop for an attempt's timeout.
     Backstop { step: usize, fence: Fence },
+    /// A gate's `auto_release` came due.
+    GateRelease { step: usize },
+    /// A gate's `expires` came due.
+    GateExpiry { step: usize },
+    /// The run's active-time budget runs out now unless it was paused.
+    Budget,
 }
 
 /// What a launch needs: everything the executor must know, fixed at minting time.
@@ -190,6 +210,17 @@ pub enum Event {
     },
     CancelRequested {
         by: String,
+    },
+    GateOpened {
+        step: usize,
+    },
+    GateDecided {
+        step: usize,
+        decision: GateDecision,
+    },
+    BudgetExceeded {
+        used_ms: u64,
+        limit_ms: u64,
     },
 }
 

@@ -69,6 +69,7 @@ fn pipeline_strategy() -> impl Strategy<Value = Pipeline> {
             })
             .collect::<Vec<_>>();
         steps.prop_map(|steps| Pipeline {
+            budget: None,
             name: "sim".into(),
             steps,
         })
@@ -130,7 +131,7 @@ impl Sim {
                     let fence = attempt.fence;
                     let kill = attempt.kill;
                     let outcome = match kill {
-                        Some(KillReason::Cancel) => Outcome::Stopped,
+                        Some(KillReason::Cancel | KillReason::Budget) => Outcome::Stopped,
                         Some(KillReason::Timeout) => Outcome::Failed(FailureClass::Timeout),
                         None => outcome(code),
                     };
@@ -171,6 +172,10 @@ impl Sim {
 fn check_invariants(sim: &Sim) {
     let run = &sim.run;
     let settings = sim.engine.settings();
+    // Forward progress: a non-terminal run always waits on a timer, an executor or a gate.
+    if let Err(stuck) = super::waits(run) {
+        panic!("forward progress: {}", stuck.problem);
+    }
     // Fences are minted strictly increasing and never reused.
     assert!(
         sim.minted.windows(2).all(|w| w[0] < w[1]),

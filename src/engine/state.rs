@@ -97,6 +97,48 @@ pub struct RunHeader {
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub cancel: Option<CancelRequest>,
+    /// The active-time budget's clock, for pipelines that set `budget:`.
+    pub budget: Option<BudgetClock>,
+}
+
+/// Active time of a run against its budget. Time while the run is `waiting` (only gates
+/// left) is not counted: the clock is paused then.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetClock {
+    pub limit_ms: u64,
+    /// Active time banked before the current stretch.
+    pub used_ms: u64,
+    /// Start of the current active stretch; `None` while paused.
+    pub active_since: Option<Timestamp>,
+    /// When the budget runs out if nothing pauses it (the durable timer's due time).
+    pub due: Option<Timestamp>,
+    /// Set once the budget ran out.
+    pub exceeded_at: Option<Timestamp>,
+}
+
+impl BudgetClock {
+    pub fn new(limit: Duration, now: Timestamp) -> BudgetClock {
+        let limit_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
+        BudgetClock {
+            limit_ms,
+            used_ms: 0,
+            active_since: Some(now),
+            due: Some(now.plus(limit)),
+            exceeded_at: None,
+        }
+    }
+
+    /// Active time so far, counting the current stretch up to `now`.
+    pub fn used_at(&self, now: Timestamp) -> u64 {
+        let current = self
+            .active_since
+            .map_or(0, |since| now.0.saturating_sub(since.0));
+        self.used_ms.saturating_add(current)
+    }
+
+    pub fn remaining_at(&self, now: Timestamp) -> Duration {
+        Duration::from_millis(self.limit_ms.saturating_sub(self.used_at(now)))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -121,6 +163,8 @@ pub enum StepState {
     /// A step it needs ended without success.
     Skipped,
     Cancelled,
+    /// A gate that is open: waiting for a decision or one of its timers.
+    Waiting,
 }
 
 impl StepState {
@@ -134,12 +178,16 @@ impl StepState {
             StepState::DeadLettered { .. } => "dead_lettered",
             StepState::Skipped => "skipped",
             StepState::Cancelled => "cancelled",
+            StepState::Waiting => "waiting",
         }
     }
 
     pub fn is_terminal(&self) -> bool {
         match self {
-            StepState::Pending | StepState::Active | StepState::RetryWaiting { .. } => false,
+            StepState::Pending
+            | StepState::Active
+            | StepState::RetryWaiting { .. }
+            | StepState::Waiting => false,
             StepState::Succeeded
             | StepState::Failed { .. }
             | StepState::DeadLettered { .. }
@@ -154,6 +202,8 @@ pub enum KillReason {
     /// The engine backstop found the attempt past its timeout.
     Timeout,
     Cancel,
+    /// The run's active-time budget ran out.
+    Budget,
 }
 
 impl KillReason {
@@ -161,6 +211,7 @@ impl KillReason {
         match self {
             KillReason::Timeout => "timeout",
             KillReason::Cancel => "cancel",
+            KillReason::Budget => "budget",
         }
     }
 }
@@ -212,14 +263,70 @@ impl Attempt {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepProgress {
     pub state: StepState,
+    /// A gate step's record once it opened; `None` for other steps.
+    pub gate: Option<GateProgress>,
     pub attempts: Vec<Attempt>,
+}
+
+/// A gate since it opened: its timers and, once made, the decision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateProgress {
+    pub opened_at: Timestamp,
+    pub release_at: Option<Timestamp>,
+    pub expires_at: Option<Timestamp>,
+    pub decision: Option<GateDecision>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateDecision {
+    pub outcome: GateOutcome,
+    /// Who decided, as they named themselves (`system` for the gate's own timers).
+    pub by: String,
+    /// The authenticated identity that made the request (`system` for timers).
+    pub caller: String,
+    pub at: Timestamp,
+    pub comment: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GateOutcome {
+    Approved,
+    Rejected,
+    /// Approved by the gate's `auto_release` timer.
+    AutoReleased,
+    /// Nobody approved before `expires`.
+    Expired,
+}
+
+impl GateOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GateOutcome::Approved => "approved",
+            GateOutcome::Rejected => "rejected",
+            GateOutcome::AutoReleased => "auto_released",
+            GateOutcome::Expired => "expired",
+        }
+    }
+
+    pub fn approves(self) -> bool {
+        matches!(self, GateOutcome::Approved | GateOutcome::AutoReleased)
+    }
 }
 
 impl StepProgress {
     pub fn new() -> Self {
         StepProgress {
             state: StepState::Pending,
+            gate: None,
             attempts: Vec::new(),
+        }
+    }
+
+    /// A step in `state` with no gate record and no attempts.
+    pub fn in_state(state: StepState) -> Self {
+        StepProgress {
+            state,
+            ..StepProgress::new()
         }
     }
 

@@ -62,6 +62,7 @@ impl Sim {
         let engine = Engine::new(EngineSettings::default());
         let mut fences = FenceCounter::starting_at(41);
         let pipeline = Arc::new(Pipeline {
+            budget: None,
             name: "p".into(),
             steps,
         });

@@ -24,6 +24,13 @@ pub struct PipelineDoc {
     /// The pipeline's name: 1 to 100 characters, no control characters.
     #[schemars(length(min = 1, max = limits::PIPELINE_NAME_MAX_CHARS))]
     pub name: String,
+    /// Opt-in budget of a run's active time, a human duration (`90s`, `10m`, `2h`) between
+    /// 1s and 30 days. Time while the run is `waiting` with only gates left does not count.
+    /// When the budget is spent, running attempts are killed and the run fails (failure
+    /// category `budget`). Absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub budget: Option<String>,
     /// Defaults for every step with `executor: kubernetes`; a step's own field wins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "KubernetesDoc")]
@@ -33,7 +40,8 @@ pub struct PipelineDoc {
     pub steps: Vec<StepDoc>,
 }
 
-/// One step: a local command run without a shell, or (with `executor: kubernetes`) a Pod.
+/// One step: a local command run without a shell, (with `executor: kubernetes`) a Pod, or
+/// (with `gate`) an approval gate that runs nothing.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StepDoc {
@@ -105,6 +113,33 @@ pub struct StepDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "RetryDoc")]
     pub retry: Option<RetryDoc>,
+    /// Makes the step an approval gate: it runs nothing and waits until someone approves or
+    /// rejects it (CLI, API or web), or one of its timers fires. A gate step has only
+    /// `name`, `needs` and `gate`; `gate: {}` waits forever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "GateDoc")]
+    pub gate: Option<GateDoc>,
+}
+
+/// An approval gate's timers and message; every field is optional.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GateDoc {
+    /// Approve the gate (as the system) once it has waited this long: a human duration
+    /// between 1s and 365 days, shorter than `expires` when both are set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub auto_release: Option<String>,
+    /// Fail the gate (reason `GateExpired`) if nobody approved it within this long: a human
+    /// duration between 1s and 365 days.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String")]
+    pub expires: Option<String>,
+    /// Shown to whoever decides: at most 1024 bytes, no control characters but newline and
+    /// tab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "String", length(max = limits::GATE_MESSAGE_MAX_BYTES))]
+    pub message: Option<String>,
 }
 
 /// When and how often a step is re-run after it started and failed.

@@ -17,6 +17,8 @@ pub use parse::{FieldError, Format, ParseOutcome, parse, retry_warning};
 #[derive(Clone, Debug, PartialEq)]
 pub struct Pipeline {
     pub name: String,
+    /// Opt-in active-time budget of a run: time with only gates left does not count.
+    pub budget: Option<Duration>,
     pub steps: Vec<Step>,
 }
 
@@ -36,6 +38,8 @@ pub struct Step {
 pub enum StepAction {
     Local(LocalCommand),
     Kubernetes(Box<PodTemplate>),
+    /// No executor: the step waits for a person (or its timers) to decide.
+    Gate(GateSpec),
 }
 
 impl StepAction {
@@ -43,8 +47,28 @@ impl StepAction {
         match self {
             StepAction::Local(_) => "local",
             StepAction::Kubernetes(_) => "kubernetes",
+            StepAction::Gate(_) => "gate",
         }
     }
+
+    pub fn gate(&self) -> Option<&GateSpec> {
+        match self {
+            StepAction::Gate(gate) => Some(gate),
+            StepAction::Local(_) | StepAction::Kubernetes(_) => None,
+        }
+    }
+}
+
+/// An approval gate. Both waits are optional; without them the gate waits forever.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GateSpec {
+    /// Approve (as the system) once the gate has waited this long.
+    pub auto_release: Option<Duration>,
+    /// Fail the gate (`GateExpired`) if nobody approved it by then. When both are set,
+    /// `auto_release` is shorter (validation refuses the other order).
+    pub expires: Option<Duration>,
+    /// Shown to whoever decides.
+    pub message: Option<String>,
 }
 
 /// A step run as a Pod: what its one container runs and where.

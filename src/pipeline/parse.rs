@@ -16,7 +16,8 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::{Location, MessageFormatter, Spanned, UserMessageFormatter};
 
 use super::{
-    Backoff, LocalCommand, Pipeline, PodTemplate, Resources, RetryOn, RetryPolicy, Step, StepAction,
+    Backoff, GateSpec, LocalCommand, Pipeline, PodTemplate, Resources, RetryOn, RetryPolicy, Step,
+    StepAction,
 };
 use crate::limits;
 
@@ -91,7 +92,7 @@ fn pipeline_warnings(pipeline: &Pipeline) -> Vec<String> {
 
 // --- The field names the walker accepts (kept equal to `doc` by tests) ---------------
 
-const PIPELINE_FIELDS: &[&str] = &["name", "kubernetes", "steps"];
+const PIPELINE_FIELDS: &[&str] = &["name", "budget", "kubernetes", "steps"];
 const STEP_FIELDS: &[&str] = &[
     "name",
     "executor",
@@ -107,6 +108,7 @@ const STEP_FIELDS: &[&str] = &[
     "resources",
     "service_account",
     "node_selector",
+    "gate",
 ];
 /// Step fields that only a Kubernetes step may have.
 const POD_FIELDS: &[&str] = &[
@@ -120,6 +122,9 @@ const POD_FIELDS: &[&str] = &[
 /// Pipeline-level defaults for Kubernetes steps.
 const KUBERNETES_FIELDS: &[&str] = &["image", "resources", "service_account", "node_selector"];
 const RESOURCES_FIELDS: &[&str] = &["requests", "limits"];
+const GATE_FIELDS: &[&str] = &["auto_release", "expires", "message"];
+/// The only step fields a gate step may have.
+const GATE_STEP_FIELDS: &[&str] = &["name", "needs", "gate"];
 const EXECUTORS: &[&str] = &["local", "kubernetes"];
 const RETRY_FIELDS: &[&str] = &["on", "max", "backoff"];
 const BACKOFF_FIELDS: &[&str] = &["initial", "factor", "max"];
@@ -734,6 +739,9 @@ fn check_pipeline(root: &Node, errors: &mut Errors) -> Option<Pipeline> {
     let name = fields
         .required("name", errors)
         .and_then(|field| check_pipeline_name(&field, errors));
+    let budget = optional(fields.get("budget"), |field| {
+        check_duration(field, limits::BUDGET_MIN, limits::BUDGET_MAX, errors)
+    });
     // Defaults that do not validate are reported; steps then check against none.
     let defaults = optional(fields.get("kubernetes"), |field| {
         check_pod_defaults(field, errors)
@@ -745,6 +753,7 @@ fn check_pipeline(root: &Node, errors: &mut Errors) -> Option<Pipeline> {
         .and_then(|field| check_steps(&field, &defaults, errors));
     Some(Pipeline {
         name: name?,
+        budget: budget?,
         steps: steps?,
     })
 }
@@ -780,6 +789,8 @@ struct StepCheck<'a> {
     name: Option<(Field<'a>, &'a str)>,
     needs: Option<Field<'a>>,
     need_names: Vec<(Field<'a>, &'a str)>,
+    /// Whether the step has a `gate` field, valid or not: a gate has no outputs.
+    gate: bool,
 }
 
 fn check_steps(field: &Field, defaults: &PodDefaults, errors: &mut Errors) -> Option<Vec<Step>> {
@@ -820,6 +831,7 @@ fn check_output_references(
         let env = match &step.action {
             StepAction::Local(command) => &command.env,
             StepAction::Kubernetes(pod) => &pod.env,
+            StepAction::Gate(_) => continue,
         };
         let ancestors = reachable(needs, index);
         for (key, value) in env {
@@ -830,6 +842,9 @@ fn check_output_references(
                     .position(|c| c.name.as_ref().is_some_and(|(_, n)| *n == reference.0));
                 let problem = match target {
                     None => format!("references unknown step {:?}", reference.0),
+                    Some(target) if checks[target].gate => {
+                        format!("step {:?} is a gate and has no outputs", reference.0)
+                    }
                     Some(target) if !ancestors[target] => {
                         format!(
                             "references step {:?}, which this step does not need",
@@ -882,6 +897,7 @@ fn check_step<'a>(field: &Field<'a>, defaults: &PodDefaults, errors: &mut Errors
             name: None,
             needs: None,
             need_names: Vec::new(),
+            gate: false,
         };
     };
     let name = fields.required("name", errors);
@@ -897,6 +913,7 @@ fn check_step<'a>(field: &Field<'a>, defaults: &PodDefaults, errors: &mut Errors
         name: name.and_then(|field| field.text().map(|text| (field, text))),
         needs,
         need_names,
+        gate: fields.get("gate").is_some(),
     }
 }
 
@@ -907,6 +924,16 @@ fn check_step_body(
     defaults: &PodDefaults,
     errors: &mut Errors,
 ) -> Option<Step> {
+    if let Some(gate) = fields.get("gate") {
+        let gate = check_gate_step(fields, &gate, errors);
+        return Some(Step {
+            name: name?,
+            needs: Vec::new(),
+            timeout: None,
+            retry: None,
+            action: StepAction::Gate(gate?),
+        });
+    }
     let executor = optional(fields.get("executor"), |field| {
         check_executor(field, errors)
     });
@@ -967,6 +994,87 @@ fn check_local(fields: &Fields, errors: &mut Errors) -> Option<StepAction> {
         env: env?.unwrap_or_default(),
         workdir: workdir?,
     }))
+}
+
+/// A gate step: `name`, `needs` and `gate`, nothing that would run.
+fn check_gate_step(fields: &Fields, gate: &Field, errors: &mut Errors) -> Option<GateSpec> {
+    let runnable = STEP_FIELDS
+        .iter()
+        .filter(|key| !GATE_STEP_FIELDS.contains(key));
+    for key in runnable {
+        if let Some(field) = fields.get(key) {
+            let message = format!("a gate step {} (remove {key} or gate)", gate_lacks(key));
+            errors.at(&field, message);
+        }
+    }
+    check_gate(gate, errors)
+}
+
+/// Why a runnable step's field has no meaning on a gate.
+fn gate_lacks(key: &str) -> &'static str {
+    match key {
+        "run" | "command" | "args" => "has no command",
+        "executor" => "has no executor",
+        "timeout" => "has no timeout; bound its wait with gate.expires",
+        "retry" => "is never retried",
+        _ => "runs nothing",
+    }
+}
+
+fn check_gate(field: &Field, errors: &mut Errors) -> Option<GateSpec> {
+    let fields = as_fields(field, GATE_FIELDS, errors)?;
+    let auto_release = optional(fields.get("auto_release"), |field| {
+        check_gate_wait(field, errors)
+    });
+    let expires = optional(fields.get("expires"), |field| {
+        check_gate_wait(field, errors)
+    });
+    let message = optional(fields.get("message"), |field| {
+        check_gate_message(field, errors)
+    });
+    let gate = GateSpec {
+        auto_release: auto_release?,
+        expires: expires?,
+        message: message?,
+    };
+    check_gate_order(&fields, &gate, errors).then_some(gate)
+}
+
+fn check_gate_wait(field: &Field, errors: &mut Errors) -> Option<Duration> {
+    check_duration(field, limits::GATE_WAIT_MIN, limits::GATE_WAIT_MAX, errors)
+}
+
+/// `auto_release` must come before `expires`, or the gate would expire first and the
+/// release could never happen.
+fn check_gate_order(fields: &Fields, gate: &GateSpec, errors: &mut Errors) -> bool {
+    let (Some(auto_release), Some(expires)) = (gate.auto_release, gate.expires) else {
+        return true;
+    };
+    if auto_release < expires {
+        return true;
+    }
+    if let Some(field) = fields.get("auto_release") {
+        let expires = human_duration(expires);
+        errors.at(&field, format!("must be shorter than expires ({expires})"));
+    }
+    false
+}
+
+fn check_gate_message(field: &Field, errors: &mut Errors) -> Option<String> {
+    let message = as_str(field, errors)?;
+    let problem = if message.len() > limits::GATE_MESSAGE_MAX_BYTES {
+        let limit = limits::GATE_MESSAGE_MAX_BYTES;
+        format!("must be at most {limit} bytes (found {})", message.len())
+    } else if message
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        "must not contain control characters other than newline and tab".to_owned()
+    } else {
+        return Some(message.to_owned());
+    };
+    errors.at(field, problem);
+    None
 }
 
 /// Pipeline-level `kubernetes:` defaults; each field a step may override.
@@ -1710,19 +1818,25 @@ fn check_duration(
         }
     };
     if duration < min {
-        errors.at(
-            field,
-            format!("must be ≥ {}", humantime::format_duration(min)),
-        );
+        errors.at(field, format!("must be ≥ {}", human_duration(min)));
     } else if duration > max {
-        errors.at(
-            field,
-            format!("must be ≤ {}", humantime::format_duration(max)),
-        );
+        errors.at(field, format!("must be ≤ {}", human_duration(max)));
     } else {
         return Some(duration);
     }
     None
+}
+
+/// A duration as a person wrote it: whole days stay days (humantime would turn 365
+/// days into "11months 30days 3h 50m 24s", its months and years being averages).
+fn human_duration(duration: Duration) -> String {
+    const DAY_S: u64 = 24 * 3600;
+    let seconds = duration.as_secs();
+    if duration.subsec_nanos() == 0 && seconds >= 2 * DAY_S && seconds.is_multiple_of(DAY_S) {
+        format!("{}days", seconds / DAY_S)
+    } else {
+        humantime::format_duration(duration).to_string()
+    }
 }
 
 #[cfg(test)]
@@ -1764,12 +1878,35 @@ steps:
   ]
 }"#;
 
+    const APPROVAL_YAML: &str = "\
+name: approval
+budget: 2h
+steps:
+  - name: build
+    run: [make]
+  - name: approve
+    needs: [build]
+    gate:
+      auto_release: 30m
+      expires: 24h
+      message: |
+        Ship it?
+        \tCheck the dashboard first.
+  - name: hold
+    needs: [approve]
+    gate: {}
+  - name: deploy
+    needs: [hold]
+    run: [./deploy.sh]
+";
+
     /// Valid documents of various shapes, shared by the drift and fuzz tests.
     const VALID_YAML: &[&str] = &[
         RELEASE_YAML,
         "name: one\nsteps:\n  - name: only\n    run: [\"true\"]\n",
         "name: anchors\nsteps:\n  - {name: a, run: &cmd [make, all]}\n  - {name: b, run: *cmd, needs: [a]}\n",
         "name: yes\nsteps:\n  - name: on\n    run: [off, yes]\n    env: {FLAG: no}\n    retry:\n      on: lost\n      max: 0\n      backoff: {}\n",
+        APPROVAL_YAML,
         "name: \"Nightly build ✓\"\nsteps:\n- name: A-1_b\n  run: [sh, -c, 'echo \"$X\"']\n  env:\n    X: hi\n  timeout: 1h30m\n  retry: {on: [infra, lost, step], max: 20, backoff: {factor: 10, initial: 10ms, max: 24h}}\n",
     ];
 
@@ -1809,7 +1946,7 @@ steps:
     fn command(step: &Step) -> &LocalCommand {
         match &step.action {
             StepAction::Local(command) => command,
-            StepAction::Kubernetes(_) => panic!("expected a local step"),
+            StepAction::Kubernetes(_) | StepAction::Gate(_) => panic!("expected a local step"),
         }
     }
 
@@ -1942,10 +2079,10 @@ steps:
             "known fields: name, executor, run, needs, timeout, env, workdir, retry, image"
         ));
         assert_error(
-            &format!("{}budget: 2h\n", one_step("")),
-            "budget",
+            &format!("{}timeout: 2h\n", one_step("")),
+            "timeout",
             5,
-            "known fields: name, kubernetes, steps",
+            "known fields: name, budget, kubernetes, steps",
         );
     }
 
@@ -2735,6 +2872,7 @@ steps:
             (Some("BackoffDoc"), BACKOFF_FIELDS),
             (Some("KubernetesDoc"), KUBERNETES_FIELDS),
             (Some("ResourcesDoc"), RESOURCES_FIELDS),
+            (Some("GateDoc"), GATE_FIELDS),
         ] {
             assert_eq!(
                 schema_properties(&schema, definition),
@@ -2873,5 +3011,292 @@ steps:
         let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
         assert!(fields.contains(&"steps[1].env.D"), "{errors:?}");
         assert!(fields.contains(&"steps[1].env.E"), "{errors:?}");
+    }
+
+    // --- Budgets and gates -----------------------------------------------------------------
+
+    /// A pipeline with a step `s` and, after it, a gate step `g` with the extra lines.
+    fn gate_step(extra: &str) -> String {
+        format!("name: p\nsteps:\n  - name: s\n    run: [x]\n  - name: g\n    needs: [s]\n{extra}")
+    }
+
+    #[test]
+    fn budget_and_gates_map_to_the_plain_types() {
+        let pipeline = parse_yaml(APPROVAL_YAML);
+        assert_eq!(pipeline.budget, Some(Duration::from_secs(2 * 3600)));
+        let [build, approve, hold, deploy] = &pipeline.steps[..] else {
+            panic!("four steps expected");
+        };
+        assert_eq!(build.action.gate(), None);
+        assert_eq!(approve.needs, vec![0]);
+        assert_eq!(approve.timeout, None);
+        assert_eq!(approve.retry, None);
+        assert_eq!(approve.action.executor_name(), "gate");
+        assert_eq!(
+            approve.action.gate(),
+            Some(&GateSpec {
+                auto_release: Some(Duration::from_secs(30 * 60)),
+                expires: Some(Duration::from_secs(24 * 3600)),
+                message: Some("Ship it?\n\tCheck the dashboard first.\n".to_owned()),
+            })
+        );
+        assert_eq!(hold.needs, vec![1]);
+        assert_eq!(hold.action, StepAction::Gate(GateSpec::default()));
+        assert_eq!(deploy.needs, vec![2]);
+        assert_eq!(command(deploy).argv, ["./deploy.sh"]);
+        assert_eq!(parse_yaml(VALID_YAML[1]).budget, None);
+    }
+
+    #[test]
+    fn budget_and_gates_read_the_same_from_json() {
+        let json = r#"{"name": "approval", "budget": "2h", "steps": [
+            {"name": "build", "run": ["make"]},
+            {"name": "approve", "needs": ["build"], "gate": {"auto_release": "30m",
+             "expires": "24h", "message": "Ship it?\n\tCheck the dashboard first.\n"}},
+            {"name": "hold", "needs": ["approve"], "gate": {}},
+            {"name": "deploy", "needs": ["hold"], "run": ["./deploy.sh"]}]}"#;
+        let from_json = parse(json, Format::Json).map(|outcome| outcome.pipeline);
+        assert_eq!(from_json, Ok(parse_yaml(APPROVAL_YAML)));
+    }
+
+    #[test]
+    fn budget_is_bounded() {
+        let budget =
+            |value: &str| format!("name: p\nbudget: {value}\nsteps:\n  - name: s\n    run: [x]\n");
+        assert_error(&budget("500ms"), "budget", 2, "must be ≥ 1s");
+        assert_error(&budget("31days"), "budget", 2, "must be ≤ 30days");
+        assert_error(&budget("soon"), "budget", 2, "is not a duration");
+        assert_error(&budget("10"), "budget", 2, "must be a duration");
+        let min = parse_yaml(&budget("1s")).budget;
+        assert_eq!(min, Some(limits::BUDGET_MIN));
+        let max = parse_yaml(&budget("30days")).budget;
+        assert_eq!(max, Some(limits::BUDGET_MAX));
+    }
+
+    #[test]
+    fn gate_steps_refuse_every_runnable_field() {
+        assert_error(
+            &gate_step("    gate: {}\n    run: [x]\n"),
+            "steps[1].run",
+            8,
+            "a gate step has no command (remove run or gate)",
+        );
+        for (line, expected) in [
+            (
+                "executor: local",
+                "steps[1].executor: a gate step has no executor (remove executor or gate)",
+            ),
+            (
+                "timeout: 1h",
+                "steps[1].timeout: a gate step has no timeout; bound its wait with gate.expires (remove timeout or gate)",
+            ),
+            (
+                "retry: {on: step, max: 1}",
+                "steps[1].retry: a gate step is never retried (remove retry or gate)",
+            ),
+            (
+                "env: {A: b}",
+                "steps[1].env: a gate step runs nothing (remove env or gate)",
+            ),
+            (
+                "workdir: /tmp",
+                "steps[1].workdir: a gate step runs nothing (remove workdir or gate)",
+            ),
+            (
+                "image: alpine",
+                "steps[1].image: a gate step runs nothing (remove image or gate)",
+            ),
+            (
+                "command: [x]",
+                "steps[1].command: a gate step has no command (remove command or gate)",
+            ),
+            (
+                "args: [x]",
+                "steps[1].args: a gate step has no command (remove args or gate)",
+            ),
+            (
+                "resources: {}",
+                "steps[1].resources: a gate step runs nothing (remove resources or gate)",
+            ),
+            (
+                "service_account: ci",
+                "steps[1].service_account: a gate step runs nothing (remove service_account or gate)",
+            ),
+            (
+                "node_selector: {}",
+                "steps[1].node_selector: a gate step runs nothing (remove node_selector or gate)",
+            ),
+        ] {
+            let error = single_error(&gate_step(&format!("    gate: {{}}\n    {line}\n")));
+            assert_eq!(error.line, Some(8), "{error}");
+            assert_eq!(format!("{}: {}", error.field, error.message), expected);
+        }
+    }
+
+    #[test]
+    fn gate_steps_report_every_conflict_at_once() {
+        let source = gate_step(
+            "    executor: kubernetes\n    run: [x]\n    timeout: 1h\n    gate: {expires: 1h}\n",
+        );
+        let errors = yaml_errors(&source);
+        let found: Vec<(&str, Option<u64>)> =
+            errors.iter().map(|e| (e.field.as_str(), e.line)).collect();
+        assert_eq!(
+            found,
+            [
+                ("steps[1].executor", Some(7)),
+                ("steps[1].run", Some(8)),
+                ("steps[1].timeout", Some(9)),
+            ]
+        );
+    }
+
+    #[test]
+    fn gate_waits_are_checked() {
+        assert_error(
+            &gate_step("    gate: {auto_release: 1h, expires: 1h}\n"),
+            "steps[1].gate.auto_release",
+            7,
+            "must be shorter than expires (1h)",
+        );
+        assert_error(
+            &gate_step("    gate:\n      expires: 10m\n      auto_release: 2h\n"),
+            "steps[1].gate.auto_release",
+            9,
+            "must be shorter than expires (10m)",
+        );
+        assert_error(
+            &gate_step("    gate: {expires: 500ms}\n"),
+            "steps[1].gate.expires",
+            7,
+            "must be ≥ 1s",
+        );
+        assert_error(
+            &gate_step("    gate: {auto_release: 366days}\n"),
+            "steps[1].gate.auto_release",
+            7,
+            "must be ≤ 365days",
+        );
+        assert_error(
+            &gate_step("    gate: {expires: never}\n"),
+            "steps[1].gate.expires",
+            7,
+            "is not a duration",
+        );
+        let bounds = parse_yaml(&gate_step(
+            "    gate: {auto_release: 1s, expires: 365days}\n",
+        ));
+        let gate = bounds.steps[1].action.gate().cloned().unwrap_or_default();
+        assert_eq!(gate.auto_release, Some(limits::GATE_WAIT_MIN));
+        assert_eq!(gate.expires, Some(limits::GATE_WAIT_MAX));
+        let release_only = parse_yaml(&gate_step("    gate: {auto_release: 20s}\n"));
+        let gate = release_only.steps[1]
+            .action
+            .gate()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(gate.auto_release, Some(Duration::from_secs(20)));
+        assert_eq!(gate.expires, None);
+    }
+
+    #[test]
+    fn gate_message_is_checked() {
+        let limit = limits::GATE_MESSAGE_MAX_BYTES;
+        let at_limit = gate_step(&format!("    gate: {{message: {}}}\n", "m".repeat(limit)));
+        let gate = parse_yaml(&at_limit).steps[1].action.gate().cloned();
+        assert_eq!(gate.and_then(|g| g.message).map(|m| m.len()), Some(limit));
+        assert_error(
+            &gate_step(&format!(
+                "    gate: {{message: {}}}\n",
+                "m".repeat(limit + 1)
+            )),
+            "steps[1].gate.message",
+            7,
+            &format!("must be at most {limit} bytes (found {})", limit + 1),
+        );
+        assert_error(
+            &gate_step("    gate: {message: \"ring \\a bell\"}\n"),
+            "steps[1].gate.message",
+            7,
+            "must not contain control characters other than newline and tab",
+        );
+        assert_error(
+            &gate_step("    gate: {message: 3}\n"),
+            "steps[1].gate.message",
+            7,
+            "must be a string (found an integer)",
+        );
+    }
+
+    #[test]
+    fn gate_shape_is_checked() {
+        let error = single_error(&gate_step("    gate: {expire: 1h}\n"));
+        assert_eq!(error.field, "steps[1].gate.expire");
+        assert_eq!(error.line, Some(7));
+        assert_eq!(
+            error.message,
+            "unknown field (did you mean \"expires\"?); known fields: auto_release, expires, message"
+        );
+        assert_error(
+            &gate_step("    gate:\n"),
+            "steps[1].gate",
+            7,
+            "must be a mapping (found null)",
+        );
+        assert_error(
+            &gate_step("    gate: [x]\n"),
+            "steps[1].gate",
+            7,
+            "must be a mapping (found a list)",
+        );
+        // The doc types refuse the unknown key too.
+        let json = r#"{"name": "p", "steps": [{"name": "g", "gate": {"expire": "1h"}}]}"#;
+        assert!(parse(json, Format::Json).is_err());
+        assert!(serde_json::from_str::<PipelineDoc>(json).is_err());
+    }
+
+    #[test]
+    fn a_gate_has_no_outputs_to_reference() {
+        let source = "name: o\nsteps:\n  - name: a\n    run: [x]\n  - name: g\n    needs: [a]\n    gate: {}\n  - name: c\n    needs: [g]\n    run: [x]\n    env: {D: '${steps.g.outputs.digest}', E: '${steps.a.outputs.x}'}\n";
+        let errors = yaml_errors(source);
+        assert_eq!(errors.len(), 1, "{errors:#?}");
+        assert_eq!(errors[0].field, "steps[2].env.D");
+        assert_eq!(errors[0].message, "step \"g\" is a gate and has no outputs");
+        // Also when the gate itself is invalid: it is still a gate.
+        let invalid_gate = source.replace("gate: {}", "gate: {expires: 0s}");
+        let fields: Vec<String> = yaml_errors(&invalid_gate)
+            .into_iter()
+            .map(|e| format!("{}: {}", e.field, e.message))
+            .collect();
+        assert!(
+            fields.contains(&"steps[2].env.D: step \"g\" is a gate and has no outputs".to_owned()),
+            "{fields:#?}"
+        );
+    }
+
+    #[test]
+    fn a_step_without_run_or_gate_still_needs_run() {
+        assert_error(
+            "name: p\nsteps:\n  - name: s\n    needs: []\n",
+            "steps[0].run",
+            3,
+            "required field missing",
+        );
+    }
+
+    #[test]
+    fn budget_and_gates_are_in_the_schema() {
+        let schema = doc::json_schema();
+        let message = &schema["$defs"]["GateDoc"]["properties"]["message"];
+        assert_eq!(message["maxLength"], limits::GATE_MESSAGE_MAX_BYTES);
+        assert!(schema["properties"]["budget"]["description"].is_string());
+        let step = &schema["$defs"]["StepDoc"];
+        assert!(step["properties"]["gate"]["description"].is_string());
+        let required = step["required"].as_array().cloned().unwrap_or_default();
+        assert_eq!(
+            required,
+            ["name"],
+            "run stays optional: gate steps have none"
+        );
     }
 }

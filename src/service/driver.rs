@@ -81,6 +81,23 @@ pub enum CancelError {
     ShuttingDown,
 }
 
+#[derive(Debug, thiserror::Error)]
+pub enum DecideError {
+    #[error("run {0} not found")]
+    RunNotFound(RunId),
+    #[error("run {run} has no step {step:?}")]
+    StepNotFound { run: RunId, step: String },
+    #[error(transparent)]
+    Rejected(#[from] RejectedInput),
+    #[error("{0}")]
+    Store(String),
+    #[error("the service is shutting down")]
+    ShuttingDown,
+}
+
+/// A gate decision, as it was recorded.
+pub type Decided = crate::engine::GateDecision;
+
 pub struct Driver<E: Executor> {
     store: Arc<Store>,
     settings: Arc<Settings>,
@@ -115,6 +132,10 @@ enum Reply {
     Outputs(
         oneshot::Sender<Result<(), OutputError>>,
         Result<(), OutputError>,
+    ),
+    Decide(
+        oneshot::Sender<Result<Decided, DecideError>>,
+        Result<Decided, DecideError>,
     ),
 }
 
@@ -210,12 +231,14 @@ impl<E: Executor> Driver<E> {
         let mut found = Vec::new();
         for run in self.runs.values() {
             for (step, progress) in run.steps.iter().enumerate() {
-                if let Some(attempt) = progress.in_flight().filter(|a| which(a)) {
+                let executor = ExecutorKind::of(&run.pipeline.steps[step].action);
+                let attempt = progress.in_flight().filter(|a| which(a));
+                if let Some((attempt, executor)) = attempt.zip(executor) {
                     found.push(Adoption {
                         run: run.id(),
                         step,
                         fence: attempt.fence,
-                        executor: ExecutorKind::of(&run.pipeline.steps[step].action),
+                        executor,
                     });
                 }
             }
@@ -326,6 +349,9 @@ impl<E: Executor> Driver<E> {
                 Reply::Outputs(to, result) => {
                     let _ = to.send(result);
                 }
+                Reply::Decide(to, result) => {
+                    let _ = to.send(result);
+                }
             }
         }
         for fence in &batch.recorded_launches {
@@ -360,6 +386,9 @@ impl<E: Executor> Driver<E> {
                 Reply::Outputs(to, _) => {
                     let _ = to.send(Err(OutputError::Store(error.to_string())));
                 }
+                Reply::Decide(to, _) => {
+                    let _ = to.send(Err(DecideError::Store(error.to_string())));
+                }
             }
         }
         self.outbox.settle(&batch.settled_messages);
@@ -386,6 +415,9 @@ impl<E: Executor> Driver<E> {
                     step,
                     fence: key.fence,
                 },
+                TimerKind::GateRelease => Timer::GateRelease { step },
+                TimerKind::GateExpiry => Timer::GateExpiry { step },
+                TimerKind::Budget => Timer::Budget,
                 TimerKind::Retention => {
                     self.clean_up(tx, key.run, now, batch)?;
                     continue;
@@ -408,7 +440,8 @@ impl<E: Executor> Driver<E> {
         let Some(stored) = self.store.read()?.run(run)? else {
             return Ok(());
         };
-        let kinds: Vec<ExecutorKind> = match parse_stored(&stored.source) {
+        // A gate has no executor and no attempts: nothing to clean up.
+        let kinds: Vec<Option<ExecutorKind>> = match parse_stored(&stored.source) {
             Ok(pipeline) => pipeline
                 .steps
                 .iter()
@@ -416,10 +449,13 @@ impl<E: Executor> Driver<E> {
                 .collect(),
             Err(error) => {
                 tracing::warn!(%run, %error, "cleaning up a run whose pipeline no longer validates: assuming local steps");
-                vec![ExecutorKind::Local; stored.steps.len()]
+                vec![Some(ExecutorKind::Local); stored.steps.len()]
             }
         };
         for (progress, executor) in stored.steps.iter().zip(kinds) {
+            let Some(executor) = executor else {
+                continue;
+            };
             for attempt in &progress.attempts {
                 let payload = OutboxPayload::CleanUp {
                     run,
@@ -477,6 +513,19 @@ impl<E: Executor> Driver<E> {
                     Err(other) => Err(OutputError::Store(other.to_string())),
                 };
                 batch.replies.push(Reply::Outputs(reply, result));
+            }
+            Command::Decide {
+                run,
+                step,
+                approve,
+                by,
+                caller,
+                comment,
+                reply,
+            } => {
+                let result =
+                    self.decide(tx, run, &step, approve, by, caller, comment, now, batch)?;
+                batch.replies.push(Reply::Decide(reply, result));
             }
             Command::Requeue { id, by, reply } => {
                 let result = self.requeue(tx, id, by, now, batch)?;
@@ -560,6 +609,66 @@ impl<E: Executor> Driver<E> {
         Ok(self
             .apply_input(tx, id, Input::Cancel { by }, now, batch)?
             .map_err(CancelError::from))
+    }
+
+    /// Approves or rejects a gate by name. A run that is no longer active is loaded only to
+    /// say precisely why nothing can be decided.
+    #[allow(clippy::too_many_arguments)]
+    fn decide(
+        &mut self,
+        tx: &mut WriteTx,
+        id: RunId,
+        step_name: &str,
+        approve: bool,
+        by: String,
+        caller: String,
+        comment: Option<String>,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<Result<Decided, DecideError>, StoreError> {
+        let not_found = || DecideError::StepNotFound {
+            run: id,
+            step: step_name.to_string(),
+        };
+        let input = |step| Input::Decide {
+            step,
+            approve,
+            by: by.clone(),
+            caller: caller.clone(),
+            comment: comment.clone(),
+        };
+        let Some(run) = self.runs.get(&id) else {
+            let Some(stored) = self.store.read()?.run(id)? else {
+                return Ok(Err(DecideError::RunNotFound(id)));
+            };
+            let mut run = match rebuild(stored) {
+                Ok(run) => run,
+                Err(error) => return Ok(Err(DecideError::Store(error))),
+            };
+            let Some(step) = run.pipeline.step_index(step_name) else {
+                return Ok(Err(not_found()));
+            };
+            // A finished run refuses every decision without changing anything.
+            let mut scratch = self.fences;
+            return Ok(
+                match self.engine.handle(&mut run, &mut scratch, input(step), now) {
+                    Err(rejected) => Err(rejected.into()),
+                    Ok(_) => Err(RejectedInput::RunTerminal(run.header.state.as_str()).into()),
+                },
+            );
+        };
+        let Some(step) = run.pipeline.step_index(step_name) else {
+            return Ok(Err(not_found()));
+        };
+        if let Err(rejected) = self.apply_input(tx, id, input(step), now, batch)? {
+            return Ok(Err(rejected.into()));
+        }
+        let decision = self
+            .runs
+            .get(&id)
+            .and_then(|run| run.steps[step].gate.as_ref())
+            .and_then(|gate| gate.decision.clone());
+        Ok(decision.ok_or_else(|| DecideError::Store("the decision was not recorded".into())))
     }
 
     fn store_header(&self, _tx: &WriteTx, id: RunId) -> Result<Option<RunState>, StoreError> {
@@ -843,16 +952,22 @@ impl<E: Executor> Driver<E> {
             return Ok(());
         };
         let mut state_changes = Vec::new();
+        let mut gates_opened = Vec::new();
         for event in &effects.events {
             if !tx.append_history(id, &history::record(run, event, now))? {
                 tracing::warn!(run = %id, limit = limits::HISTORY_EVENTS_PER_RUN_MAX, "history full: event not recorded");
             }
-            if let crate::engine::Event::RunState { from, to } = event {
-                state_changes.push((*from, *to));
+            match event {
+                crate::engine::Event::RunState { from, to } => state_changes.push((*from, *to)),
+                crate::engine::Event::GateOpened { step } => gates_opened.push(*step),
+                _ => {}
             }
         }
         for (from, to) in state_changes {
             self.notify_run_state(tx, id, from, to, now, batch)?;
+        }
+        for step in gates_opened {
+            self.notify_gate(tx, id, step, now, batch)?;
         }
         let Some(run) = self.runs.get(&id) else {
             return Ok(());
@@ -861,6 +976,10 @@ impl<E: Executor> Driver<E> {
             match intent {
                 Intent::Launch(mut order) => {
                     self.add_step_token(&mut order);
+                    let Some(action) = LaunchAction::of(&order.action) else {
+                        tracing::error!(run = %id, step = order.step, "bug: a launch for a gate step; ignored");
+                        continue;
+                    };
                     let launch = LaunchRecord {
                         run: order.run,
                         step: step_key(order.step)?,
@@ -868,7 +987,7 @@ impl<E: Executor> Driver<E> {
                         attempt: order.attempt,
                         fence: order.fence,
                         timeout_ms: u64::try_from(order.timeout.as_millis()).unwrap_or(u64::MAX),
-                        action: LaunchAction::from(&order.action),
+                        action,
                     };
                     self.enqueue(tx, OutboxPayload::Launch(launch), now, batch)?;
                 }
@@ -877,12 +996,16 @@ impl<E: Executor> Driver<E> {
                     fence,
                     reason,
                 } => {
+                    let Some(executor) = ExecutorKind::of(&run.pipeline.steps[step].action) else {
+                        tracing::error!(run = %id, step, "bug: a kill for a gate step; ignored");
+                        continue;
+                    };
                     let payload = OutboxPayload::Kill {
                         run: id,
                         step: step_key(step)?,
                         fence,
                         reason,
-                        executor: ExecutorKind::of(&run.pipeline.steps[step].action),
+                        executor,
                     };
                     self.enqueue(tx, payload, now, batch)?;
                 }
@@ -943,6 +1066,35 @@ impl<E: Executor> Driver<E> {
             self.notify(tx, id, kind, &event_id, &body, now, batch)?;
         }
         Ok(())
+    }
+
+    /// A `gate_waiting` webhook event for a gate that opened.
+    fn notify_gate(
+        &self,
+        tx: &mut WriteTx,
+        id: RunId,
+        step: usize,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        let Some(run) = self.runs.get(&id) else {
+            return Ok(());
+        };
+        tracing::info!(run = %id, step = %run.pipeline.steps[step].name, "gate waiting for a decision");
+        if self.settings.webhooks.is_empty() {
+            return Ok(());
+        }
+        let event_id = webhooks::new_event_id();
+        let body = webhooks::gate_event(&event_id, run, step, now);
+        self.notify(
+            tx,
+            id,
+            WebhookEvent::GateWaiting,
+            &event_id,
+            &body,
+            now,
+            batch,
+        )
     }
 
     /// One outbox message per webhook subscribed to `kind`, all with the same event id.
@@ -1017,7 +1169,7 @@ impl<E: Executor> Driver<E> {
                 })?;
             }
             for &step in &touched.steps {
-                tx.put_step(*id, step, &run.steps[step].state)?;
+                tx.put_step(*id, step, &run.steps[step])?;
             }
             for &(step, index) in &touched.attempts {
                 tx.put_attempt(*id, step, &run.steps[step].attempts[index])?;
@@ -1060,10 +1212,13 @@ pub fn parse_stored(source: &PipelineSource) -> Result<Pipeline, String> {
         })
 }
 
-fn timer_key(run: RunId, due: Timestamp, timer: Timer) -> Result<TimerKey, StoreError> {
+pub(crate) fn timer_key(run: RunId, due: Timestamp, timer: Timer) -> Result<TimerKey, StoreError> {
     let (step, kind, fence) = match timer {
         Timer::RetryDue { step } => (step, TimerKind::RetryDue, crate::engine::Fence(0)),
         Timer::Backstop { step, fence } => (step, TimerKind::Backstop, fence),
+        Timer::GateRelease { step } => (step, TimerKind::GateRelease, crate::engine::Fence(0)),
+        Timer::GateExpiry { step } => (step, TimerKind::GateExpiry, crate::engine::Fence(0)),
+        Timer::Budget => (0, TimerKind::Budget, crate::engine::Fence(0)),
     };
     Ok(TimerKey {
         due,

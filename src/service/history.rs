@@ -71,6 +71,30 @@ pub fn record(run: &Run, event: &Event, at: Timestamp) -> HistoryRecord {
             json!({"step": name(step), "fence": fence.0, "reason": reason.as_str()}),
         ),
         Event::CancelRequested { by } => ("cancel_requested", json!({"by": by})),
+        Event::GateOpened { step } => {
+            let gate = run.steps.get(*step).and_then(|s| s.gate.as_ref());
+            let message = run
+                .pipeline
+                .steps
+                .get(*step)
+                .and_then(|s| s.action.gate())
+                .and_then(|g| g.message.clone());
+            (
+                "gate_opened",
+                json!({"step": name(step), "message": message,
+                       "auto_release_at": gate.and_then(|g| g.release_at).map(clock::rfc3339),
+                       "expires_at": gate.and_then(|g| g.expires_at).map(clock::rfc3339)}),
+            )
+        }
+        Event::GateDecided { step, decision } => (
+            "gate_decided",
+            json!({"step": name(step), "decision": decision.outcome.as_str(), "by": decision.by,
+                   "caller": decision.caller, "comment": decision.comment}),
+        ),
+        Event::BudgetExceeded { used_ms, limit_ms } => (
+            "budget_exceeded",
+            json!({"used_ms": used_ms, "limit_ms": limit_ms}),
+        ),
     };
     HistoryRecord {
         at,

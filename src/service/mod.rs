@@ -6,6 +6,7 @@
 mod dispatch;
 mod driver;
 mod history;
+pub mod progress;
 pub mod tokens;
 pub mod webhooks;
 
@@ -25,7 +26,7 @@ use crate::store::records::PipelineSource;
 use crate::store::{Store, StoreError};
 
 pub use driver::{
-    CancelError, DlqError, OutputError, SubmitError, Submitted, parse_stored,
+    CancelError, DecideError, Decided, DlqError, OutputError, SubmitError, Submitted, parse_stored,
     rebuild as driver_rebuild,
 };
 
@@ -139,6 +140,15 @@ enum Command {
         by: String,
         reply: oneshot::Sender<Result<(), DlqError>>,
     },
+    Decide {
+        run: RunId,
+        step: String,
+        approve: bool,
+        by: String,
+        caller: String,
+        comment: Option<String>,
+        reply: oneshot::Sender<Result<Decided, DecideError>>,
+    },
     Discard {
         id: u64,
         by: String,
@@ -172,6 +182,8 @@ pub struct Service {
     outbox: dispatch::Outbox,
     /// Live logs of running Pod steps (finished ones are archived in the state dir).
     pub pod_logs: Option<kube::Api<k8s_openapi::api::core::v1::Pod>>,
+    /// The last forward-progress check and when it ran.
+    progress: Arc<tokio::sync::Mutex<Option<(std::time::Instant, progress::ProgressReport)>>>,
 }
 
 /// Tasks of a running service, for an orderly stop.
@@ -296,6 +308,7 @@ pub async fn start_with<E: Executor>(
         ready: ready_rx,
         outbox,
         pod_logs: None,
+        progress: Arc::default(),
     };
     service.wait_ready().await;
     Ok(Running {
@@ -320,6 +333,23 @@ impl Service {
     /// failed (it is unavailable until a delivery succeeds again).
     pub fn executor_availability(&self) -> Vec<(&'static str, Option<String>)> {
         self.outbox.availability()
+    }
+
+    /// The forward-progress check (PRODUCT.md §5), at most one fresh pass per
+    /// `PROGRESS_CHECK_MIN_INTERVAL`; callers in between get the last report.
+    pub async fn progress(&self) -> Result<progress::ProgressReport, StoreError> {
+        let mut last = self.progress.lock().await;
+        if let Some((at, report)) = last.as_ref()
+            && at.elapsed() < crate::limits::PROGRESS_CHECK_MIN_INTERVAL
+        {
+            return Ok(report.clone());
+        }
+        let store = self.store.clone();
+        let report = tokio::task::spawn_blocking(move || progress::check(&store))
+            .await
+            .map_err(|e| StoreError::Corrupt(format!("progress check panicked: {e}")))??;
+        *last = Some((std::time::Instant::now(), report.clone()));
+        Ok(report)
     }
 
     pub fn is_ready(&self) -> bool {
@@ -397,6 +427,34 @@ impl Service {
             .await
             .map_err(|_| OutputError::ShuttingDown)?;
         answer.await.map_err(|_| OutputError::ShuttingDown)?
+    }
+
+    /// Approves or rejects the gate `step` of `run`; `caller` is the authenticated identity
+    /// and `by` the name the person gave.
+    pub async fn decide(
+        &self,
+        run: RunId,
+        step: String,
+        approve: bool,
+        by: String,
+        caller: String,
+        comment: Option<String>,
+    ) -> Result<Decided, DecideError> {
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Decide {
+            run,
+            step,
+            approve,
+            by,
+            caller,
+            comment,
+            reply,
+        };
+        self.commands
+            .send(command)
+            .await
+            .map_err(|_| DecideError::ShuttingDown)?;
+        answer.await.map_err(|_| DecideError::ShuttingDown)?
     }
 
     pub async fn cancel(&self, run: RunId, by: String) -> Result<(), CancelError> {

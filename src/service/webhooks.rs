@@ -58,6 +58,25 @@ pub fn run_event(
     .to_string()
 }
 
+/// A gate opened: someone may approve or reject it.
+pub fn gate_event(event_id: &str, run: &Run, step: usize, at: Timestamp) -> String {
+    let spec = &run.pipeline.steps[step];
+    let gate = run.steps[step].gate.as_ref();
+    json!({
+        "event_id": event_id,
+        "type": WebhookEvent::GateWaiting.as_str(),
+        "run": run.header.id.to_string(),
+        "pipeline": run.header.pipeline_name,
+        "origin": run.header.origin,
+        "step": spec.name,
+        "message": spec.action.gate().and_then(|g| g.message.clone()),
+        "auto_release_at": gate.and_then(|g| g.release_at).map(clock::rfc3339),
+        "expires_at": gate.and_then(|g| g.expires_at).map(clock::rfc3339),
+        "at": clock::rfc3339(at),
+    })
+    .to_string()
+}
+
 /// The operator alert for an outbox message that was dead-lettered.
 pub fn message_alert(
     event_id: &str,

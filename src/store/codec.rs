@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 /// The first byte of every encoded record.
-pub const FORMAT_VERSION: u8 = 1;
+pub const FORMAT_VERSION: u8 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CodecError {

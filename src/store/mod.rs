@@ -15,9 +15,7 @@ use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
 };
 
-use crate::engine::{
-    Attempt, Fence, RunHeader, RunId, RunState, StepProgress, StepState, Timestamp,
-};
+use crate::engine::{Attempt, Fence, RunHeader, RunId, RunState, StepProgress, Timestamp};
 use records::{
     DeadLetter, HistoryRecord, OutboxMessage, PipelineSource, StoredRun, TimerKey, TimerKind,
 };
@@ -218,16 +216,18 @@ impl WriteTx {
         Ok(())
     }
 
+    /// Writes a step's state and its gate record (not its attempts).
     pub fn put_step(
         &mut self,
         run: RunId,
         step: usize,
-        state: &StepState,
+        progress: &StepProgress,
     ) -> Result<(), StoreError> {
         let key = (run.0, step_key(step)?);
+        let row = (&progress.state, &progress.gate);
         self.inner
             .open_table(STEPS)?
-            .insert(key, codec::encode(state)?.as_slice())?;
+            .insert(key, codec::encode(&row)?.as_slice())?;
         Ok(())
     }
 
@@ -438,8 +438,10 @@ impl ReadTx {
                     "run {run} has a gap in its steps"
                 )));
             }
+            let (state, gate) = codec::decode(value.value())?;
             steps.push(StepProgress {
-                state: codec::decode(value.value())?,
+                state,
+                gate,
                 attempts: Vec::new(),
             });
         }
@@ -602,6 +604,25 @@ impl ReadTx {
     pub fn next_timer_due(&self) -> Result<Option<Timestamp>, StoreError> {
         let timers = self.inner.open_table(TIMERS)?;
         Ok(timers.first()?.map(|(k, _)| Timestamp(k.value().0)))
+    }
+
+    pub fn timer_exists(&self, key: TimerKey) -> Result<bool, StoreError> {
+        let timers = self.inner.open_table(TIMERS)?;
+        Ok(timers.get(timer_tuple(key))?.is_some())
+    }
+
+    /// The fences of every launch waiting in the outbox (one pass over the outbox, whose
+    /// size is bounded by the work in flight).
+    pub fn outbox_launch_fences(&self) -> Result<std::collections::HashSet<Fence>, StoreError> {
+        let outbox = self.inner.open_table(OUTBOX)?;
+        let mut fences = std::collections::HashSet::new();
+        for entry in outbox.iter()? {
+            let message: OutboxMessage = codec::decode(entry?.1.value())?;
+            if let records::OutboxPayload::Launch(launch) = message.payload {
+                fences.insert(launch.fence);
+            }
+        }
+        Ok(fences)
     }
 
     pub fn timers(&self, limit: usize) -> Result<Vec<TimerKey>, StoreError> {

@@ -73,17 +73,21 @@ pub enum ExecutorKind {
 }
 
 impl ExecutorKind {
-    pub fn of(action: &crate::pipeline::StepAction) -> ExecutorKind {
+    /// The executor of a step's attempts; a gate has none (and never has attempts).
+    pub fn of(action: &crate::pipeline::StepAction) -> Option<ExecutorKind> {
         match action {
-            crate::pipeline::StepAction::Local(_) => ExecutorKind::Local,
-            crate::pipeline::StepAction::Kubernetes(_) => ExecutorKind::Kubernetes,
+            crate::pipeline::StepAction::Local(_) => Some(ExecutorKind::Local),
+            crate::pipeline::StepAction::Kubernetes(_) => Some(ExecutorKind::Kubernetes),
+            crate::pipeline::StepAction::Gate(_) => None,
         }
     }
 }
 
-impl From<&crate::pipeline::StepAction> for LaunchAction {
-    fn from(action: &crate::pipeline::StepAction) -> Self {
-        match action {
+impl LaunchAction {
+    /// What an executor launches for a step; a gate launches nothing.
+    pub fn of(action: &crate::pipeline::StepAction) -> Option<LaunchAction> {
+        Some(match action {
+            crate::pipeline::StepAction::Gate(_) => return None,
             crate::pipeline::StepAction::Local(command) => LaunchAction::Local {
                 argv: command.argv.clone(),
                 env: command.env.clone(),
@@ -102,7 +106,7 @@ impl From<&crate::pipeline::StepAction> for LaunchAction {
                     node_selector: pod.node_selector.clone(),
                 }))
             }
-        }
+        })
     }
 }
 
@@ -231,6 +235,10 @@ pub enum TimerKind {
     Backstop = 2,
     /// A finished run's attempt directories (logs) are due for removal.
     Retention = 3,
+    GateRelease = 4,
+    GateExpiry = 5,
+    /// The run's active-time budget.
+    Budget = 6,
 }
 
 impl TimerKind {
@@ -239,6 +247,9 @@ impl TimerKind {
             1 => Some(TimerKind::RetryDue),
             2 => Some(TimerKind::Backstop),
             3 => Some(TimerKind::Retention),
+            4 => Some(TimerKind::GateRelease),
+            5 => Some(TimerKind::GateExpiry),
+            6 => Some(TimerKind::Budget),
             _ => None,
         }
     }

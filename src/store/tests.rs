@@ -22,6 +22,7 @@ fn header(id: u128, state: RunState, at: u64) -> RunHeader {
         created_at: Timestamp(at),
         updated_at: Timestamp(at),
         cancel: None,
+        budget: None,
     }
 }
 
@@ -58,7 +59,8 @@ fn a_run_round_trips_and_the_indexes_follow_its_state() {
     tx.put_pipeline(RunId(5), &source).expect("pipeline");
     tx.put_run(&header(5, RunState::Running, 10), None)
         .expect("run");
-    tx.put_step(RunId(5), 0, &StepState::Active).expect("step");
+    tx.put_step(RunId(5), 0, &StepProgress::in_state(StepState::Active))
+        .expect("step");
     tx.put_attempt(RunId(5), 0, &attempt(1, 7, false))
         .expect("attempt");
     tx.commit().expect("commit");

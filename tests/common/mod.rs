@@ -113,6 +113,28 @@ impl Server {
         child.wait().ok()?.code()
     }
 
+    /// Starts the service again after `kill9` or `terminate`, on the same port.
+    pub fn resume(&mut self) {
+        self.spawn();
+    }
+
+    pub fn post_json(&self, path: &str, body: &Value) -> (u16, Value) {
+        let body = body.to_string();
+        self.request("POST", path, "application/json", body.as_bytes(), &[])
+    }
+
+    /// The kinds of the run's history events, in order.
+    pub fn history_kinds(&self, id: &str) -> Vec<String> {
+        let (status, history) = self.get(&format!("/v1/runs/{id}/history?limit=1000"));
+        assert_eq!(status, 200, "{history}");
+        history["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| e["kind"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+
     pub fn restart(&mut self) {
         self.kill9();
         self.spawn();

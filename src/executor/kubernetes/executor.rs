@@ -197,7 +197,7 @@ impl KubeExecutor {
             return;
         }
         let outcome = match (tracked.kill, judgement.class) {
-            (Some(KillReason::Cancel), _) => Outcome::Stopped,
+            (Some(KillReason::Cancel | KillReason::Budget), _) => Outcome::Stopped,
             // The engine backstop counts from the launch; a Pod stopped before its container
             // ever ran (a long pull, unschedulable) never started: not a step timeout.
             (Some(KillReason::Timeout), _) if !judgement.started => {
@@ -229,7 +229,7 @@ impl KubeExecutor {
             return;
         };
         let outcome = match tracked.kill {
-            Some(KillReason::Cancel) => Outcome::Stopped,
+            Some(KillReason::Cancel | KillReason::Budget) => Outcome::Stopped,
             Some(KillReason::Timeout) if !tracked.started => {
                 Outcome::Failed(FailureClass::InfraNeverStarted)
             }
@@ -351,7 +351,7 @@ impl Executor for KubeExecutor {
         let stopped_early = self.lock().stopped_early.remove(&order.fence);
         if let Some(reason) = stopped_early {
             let outcome = match reason {
-                KillReason::Cancel => Outcome::Stopped,
+                KillReason::Cancel | KillReason::Budget => Outcome::Stopped,
                 KillReason::Timeout => Outcome::Failed(FailureClass::InfraNeverStarted),
             };
             self.report_now(order, outcome, "stopped before its Pod was created".into())

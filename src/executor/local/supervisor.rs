@@ -335,6 +335,10 @@ fn classify_exit(
         (Some(KillReason::Cancel), _, _) => {
             (Outcome::Stopped, "stopped: run cancelled".to_string())
         }
+        (Some(KillReason::Budget), _, _) => (
+            Outcome::Stopped,
+            "stopped: the run's budget ran out".to_string(),
+        ),
         (None, Some(0), _) => (Outcome::Succeeded, "exit code 0".to_string()),
         (None, Some(code), _) => (
             Outcome::Failed(FailureClass::Step),
@@ -364,7 +368,7 @@ fn classify_exit(
 
 fn stop_outcome(reason: KillReason) -> Outcome {
     match reason {
-        KillReason::Cancel => Outcome::Stopped,
+        KillReason::Cancel | KillReason::Budget => Outcome::Stopped,
         KillReason::Timeout => Outcome::Failed(FailureClass::Timeout),
     }
 }
