@@ -23,6 +23,97 @@ pub enum ConfigError {
 pub struct ConfigFile {
     #[serde(default)]
     pub webhooks: Vec<WebhookConfig>,
+    #[serde(default)]
+    pub auto_retry: AutoRetryConfig,
+}
+
+/// `[auto_retry]`: the sweep of PRODUCT.md §8. Every key is optional (defaults in
+/// `AutoRetrySettings`) and may be overridden by `SCARAB_AUTO_RETRY_<KEY>`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AutoRetryConfig {
+    pub enabled: Option<bool>,
+    pub interval: Option<String>,
+    pub scan_limit: Option<u64>,
+    pub sweep_limit: Option<u64>,
+    pub window: Option<String>,
+    pub max: Option<u64>,
+    pub backoff_initial: Option<String>,
+    pub backoff_max: Option<String>,
+}
+
+impl AutoRetryConfig {
+    /// The file's values, then the environment's (`env` looks a variable up), checked.
+    /// Errors name the key (`auto_retry.scan_limit` or `SCARAB_AUTO_RETRY_SCAN_LIMIT`).
+    pub fn settings(
+        &self,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<crate::engine::AutoRetrySettings, String> {
+        let mut settings = crate::engine::AutoRetrySettings::default();
+        // (file value, env name) → a string to parse, with the name to blame.
+        let pick = |file: Option<String>, key: &str| -> Option<(String, String)> {
+            let var = format!("SCARAB_AUTO_RETRY_{}", key.to_ascii_uppercase());
+            match env(&var) {
+                Some(value) => Some((value, var)),
+                None => file.map(|value| (value, format!("auto_retry.{key}"))),
+            }
+        };
+        if let Some((value, name)) = pick(self.enabled.map(|b| b.to_string()), "enabled") {
+            settings.enabled = match value.trim() {
+                "true" | "1" | "yes" | "on" => true,
+                "false" | "0" | "no" | "off" => false,
+                other => return Err(format!("{name}: {other:?} is not a boolean")),
+            };
+        }
+        let duration = |value: &str, name: &str, min: Duration, max: Duration| {
+            let d = humantime::parse_duration(value.trim())
+                .map_err(|e| format!("{name}: {value:?} is not a duration ({e})"))?;
+            if d < min || d > max {
+                return Err(format!(
+                    "{name}: must be between {} and {}",
+                    humantime::format_duration(min),
+                    humantime::format_duration(max)
+                ));
+            }
+            Ok(d)
+        };
+        let number = |value: &str, name: &str, min: u64, max: u64| {
+            let n: u64 = value
+                .trim()
+                .parse()
+                .map_err(|_| format!("{name}: {value:?} is not a whole number"))?;
+            if n < min || n > max {
+                return Err(format!("{name}: must be between {min} and {max}"));
+            }
+            Ok(n)
+        };
+        let secs = Duration::from_secs;
+        if let Some((v, name)) = pick(self.interval.clone(), "interval") {
+            settings.interval = duration(&v, &name, secs(1), secs(24 * 3600))?;
+        }
+        if let Some((v, name)) = pick(self.window.clone(), "window") {
+            settings.window = duration(&v, &name, secs(60), secs(30 * 24 * 3600))?;
+        }
+        if let Some((v, name)) = pick(self.backoff_initial.clone(), "backoff_initial") {
+            settings.backoff_initial = duration(&v, &name, secs(1), secs(24 * 3600))?;
+        }
+        if let Some((v, name)) = pick(self.backoff_max.clone(), "backoff_max") {
+            settings.backoff_max = duration(&v, &name, secs(1), secs(24 * 3600))?;
+        }
+        if let Some((v, name)) = pick(self.scan_limit.map(|n| n.to_string()), "scan_limit") {
+            settings.scan_limit = number(&v, &name, 1, 10_000)? as usize;
+        }
+        if let Some((v, name)) = pick(self.sweep_limit.map(|n| n.to_string()), "sweep_limit") {
+            settings.sweep_limit = number(&v, &name, 1, 1_000)? as usize;
+        }
+        if let Some((v, name)) = pick(self.max.map(|n| n.to_string()), "max") {
+            settings.max = number(&v, &name, 0, 20)? as u32;
+        }
+        if settings.backoff_max < settings.backoff_initial {
+            return Err("auto_retry.backoff_max: must be at least backoff_initial".into());
+        }
+        Ok(settings)
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -31,7 +122,8 @@ pub struct WebhookConfig {
     /// `http://` or `https://` URL the events are POSTed to.
     pub url: String,
     /// Which events: `run_state` (every run state change), `dead_lettered` (operator
-    /// alerts), `gate_waiting` (a gate opened and waits for a decision). Default: all.
+    /// alerts), `gate_waiting` (a gate opened and waits for a decision), `quarantined` (the
+    /// auto-retry sweep set a run aside; an operator alert). Default: all.
     #[serde(default = "all_events")]
     pub events: Vec<WebhookEvent>,
     /// The HMAC-SHA256 key of `X-Scarab-Signature`.
@@ -47,6 +139,8 @@ pub enum WebhookEvent {
     RunState,
     DeadLettered,
     GateWaiting,
+    /// The auto-retry sweep set a run aside (an operator alert).
+    Quarantined,
 }
 
 impl WebhookEvent {
@@ -55,6 +149,7 @@ impl WebhookEvent {
             WebhookEvent::RunState => "run_state",
             WebhookEvent::DeadLettered => "dead_lettered",
             WebhookEvent::GateWaiting => "gate_waiting",
+            WebhookEvent::Quarantined => "quarantined",
         }
     }
 }
@@ -64,6 +159,7 @@ fn all_events() -> Vec<WebhookEvent> {
         WebhookEvent::RunState,
         WebhookEvent::DeadLettered,
         WebhookEvent::GateWaiting,
+        WebhookEvent::Quarantined,
     ]
 }
 

@@ -40,6 +40,15 @@ impl Cluster {
         )
     }
 
+    /// `serve` with extra arguments after the cluster's.
+    fn serve_with(&self, dir: &std::path::Path, extra: &[&str]) -> Server {
+        let kubeconfig = self.cluster.kubeconfig(dir);
+        let kubeconfig = kubeconfig.to_str().expect("utf-8 path").to_string();
+        let mut args = vec!["--kubeconfig", &kubeconfig, "--kube-namespace", "default"];
+        args.extend_from_slice(extra);
+        Server::start_with(&dir.join("state"), &args)
+    }
+
     fn pod_creations(&self) -> usize {
         self.cluster
             .count_requests(&Method::POST, |path| path.ends_with("/pods"))
@@ -446,6 +455,7 @@ fn readopt_10k_pods_benchmark() {
             updated_at: now,
             cancel: None,
             budget: None,
+            auto_retry: Default::default(),
         };
         tx.put_pipeline(
             run,
@@ -745,4 +755,179 @@ fn an_exhausted_launch_dead_letters_the_run_and_a_requeue_completes_it() {
         kinds.contains(&"message_dead_lettered") && kinds.contains(&"dlq_requeued"),
         "{kinds:?}"
     );
+}
+
+// --- The auto-retry sweep (PRODUCT.md §8) --------------------------------------------------
+
+/// A config file turning the sweep on (or leaving it off) with short intervals.
+fn auto_retry_config(dir: &std::path::Path, enabled: bool, backoff: &str) -> String {
+    let path = dir.join("scarab.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[auto_retry]\nenabled = {enabled}\ninterval = \"1s\"\nbackoff_initial = \"{backoff}\"\nbackoff_max = \"{backoff}\"\nmax = 2\n"
+        ),
+    )
+    .expect("config");
+    path.to_str().expect("utf-8").to_string()
+}
+
+fn pull_pipeline(name: &str, image: &str) -> String {
+    format!(
+        "name: {name}\nsteps:\n  - name: pull\n    executor: kubernetes\n    image: {image}\n    command: [sh, -c, 'true']\n"
+    )
+}
+
+/// Fast never-started verdicts: a failing pull is judged after 1 s, with no in-flight
+/// infra retries, so each try is one attempt.
+const PULL_ARGS: [&str; 4] = ["--kube-grace-image-pull", "1s", "--infra-retries", "0"];
+
+fn count_events(server: &Server, id: &str, kind: &str) -> usize {
+    let (_, history) = server.get(&format!("/v1/runs/{id}/history?limit=1000"));
+    history["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["kind"] == kind)
+        .count()
+}
+
+#[test]
+fn an_unpullable_image_is_auto_retried_twice_then_quarantined_or_heals() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    let kubelet = cluster.cluster.kubelet();
+    kubelet.auto(true);
+    kubelet.set_pullable("registry.example/never:1", false);
+    kubelet.set_pullable("registry.example/later:1", false);
+    let config = auto_retry_config(dir.path(), true, "8s");
+    let mut extra = vec!["--config", config.as_str()];
+    extra.extend(PULL_ARGS);
+    let server = cluster.serve_with(dir.path(), &extra);
+    let never = server.submit(&pull_pipeline("never", "registry.example/never:1"));
+    let later = server.submit(&pull_pipeline("later", "registry.example/later:1"));
+
+    // First dead-letter: never-started, auto-retryable.
+    let first = server.wait_for(&never, WITHIN, |r| r["state"] == "dead_lettered");
+    let class = &first["failure_classification"];
+    assert_eq!(class["category"], "infra_never_started", "{first:#}");
+    assert_eq!(class["auto_retryable"], true, "{first:#}");
+
+    // `later` becomes pullable after its first resubmit failed, before the second.
+    server.wait_for(&later, WITHIN, |r| {
+        r["auto_retry"]["attempts"] == 1 && r["state"] == "dead_lettered"
+    });
+    kubelet.set_pullable("registry.example/later:1", true);
+    let healed = server.wait_for(&later, WITHIN, |r| r["state"] == "succeeded");
+    assert_eq!(healed["auto_retry"]["attempts"], 2, "{healed:#}");
+    assert_eq!(healed["steps"][0]["earlier_attempts"], 2, "{healed:#}");
+    assert_eq!(
+        attempts(&healed, 0).len(),
+        1,
+        "the detail shows the fresh try"
+    );
+
+    let run = server.wait_for(&never, WITHIN, |r| r["state"] == "quarantined");
+    assert_eq!(run["auto_retry"]["attempts"], 2, "{run:#}");
+    assert_eq!(run["auto_retry"]["quarantined"], true);
+    assert!(
+        run["auto_retry"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("max 2")),
+        "{run:#}"
+    );
+    assert_eq!(
+        run["failure_classification"]["category"],
+        "infra_never_started"
+    );
+    assert_eq!(count_events(&server, &never, "auto_retry_scheduled"), 2);
+    assert_eq!(count_events(&server, &never, "auto_retry_quarantined"), 1);
+    // Three tries, three distinct fences, in increasing order.
+    let created: Vec<u64> = {
+        let (_, history) = server.get(&format!("/v1/runs/{never}/history?limit=1000"));
+        history["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["kind"] == "attempt_created")
+            .filter_map(|e| e["detail"]["fence"].as_u64())
+            .collect()
+    };
+    assert_eq!(created.len(), 3, "{created:?}");
+    assert!(created.windows(2).all(|w| w[0] < w[1]), "{created:?}");
+    // Quarantined runs stay put.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(server.run(&never)["state"], "quarantined");
+}
+
+#[test]
+fn with_the_sweep_off_nothing_is_resubmitted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    let kubelet = cluster.cluster.kubelet();
+    kubelet.auto(true);
+    kubelet.set_pullable("registry.example/never:1", false);
+    let config = auto_retry_config(dir.path(), false, "1s");
+    let mut extra = vec!["--config", config.as_str()];
+    extra.extend(PULL_ARGS);
+    let server = cluster.serve_with(dir.path(), &extra);
+    let id = server.submit(&pull_pipeline("off", "registry.example/never:1"));
+    let run = server.wait_for(&id, WITHIN, |r| r["state"] == "dead_lettered");
+    assert_eq!(run["failure_classification"]["auto_retryable"], true);
+    std::thread::sleep(Duration::from_secs(3));
+    let run = server.run(&id);
+    assert_eq!(run["state"], "dead_lettered");
+    assert_eq!(run["auto_retry"]["attempts"], 0);
+    assert_eq!(count_events(&server, &id, "auto_retry_scheduled"), 0);
+    assert_eq!(cluster.pod_creations(), 1);
+}
+
+#[test]
+fn kill9_during_sweeps_leaves_every_run_resubmitted_completely_or_untouched() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    let kubelet = cluster.cluster.kubelet();
+    kubelet.auto(true);
+    kubelet.set_pullable("registry.example/never:1", false);
+    let path = dir.path().join("scarab.toml");
+    std::fs::write(
+        &path,
+        "[auto_retry]\nenabled = true\ninterval = \"1s\"\nbackoff_initial = \"1s\"\nbackoff_max = \"1s\"\nmax = 20\nsweep_limit = 50\n",
+    )
+    .expect("config");
+    let config = path.to_str().expect("utf-8").to_string();
+    let mut extra = vec!["--config", config.as_str()];
+    extra.extend(PULL_ARGS);
+    let mut server = cluster.serve_with(dir.path(), &extra);
+    let ids: Vec<String> = (0..20)
+        .map(|i| server.submit(&pull_pipeline(&format!("k{i}"), "registry.example/never:1")))
+        .collect();
+    for round in 0..4 {
+        std::thread::sleep(Duration::from_millis(1300 + 170 * round));
+        server.kill9();
+        server.resume();
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let mut total = 0;
+    for id in &ids {
+        let run = server.run(id);
+        let resubmits = run["auto_retry"]["attempts"].as_u64().expect("attempts") as usize;
+        let step = &run["steps"][0];
+        let tries = step["earlier_attempts"].as_u64().expect("earlier") as usize
+            + step["attempts"].as_array().map_or(0, Vec::len);
+        // Each resubmit minted exactly one new attempt in its own transaction.
+        assert_eq!(tries, resubmits + 1, "{run:#}");
+        assert_eq!(
+            count_events(&server, id, "auto_retry_scheduled"),
+            resubmits,
+            "{run:#}"
+        );
+        total += resubmits;
+    }
+    assert!(
+        total >= ids.len(),
+        "the sweeps ran between the kills: {total} resubmits"
+    );
+    let (_, ready) = server.get("/readyz");
+    assert_eq!(ready["progress"]["stuck"], serde_json::json!([]), "{ready}");
 }

@@ -301,3 +301,30 @@ fn nested_response_schemas_equal_their_structs() {
         );
     }
 }
+
+/// Every `$ref` names a component that exists.
+#[test]
+fn every_reference_resolves() {
+    fn walk(value: &Value, root: &Value, dangling: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::String(target)) = map.get("$ref") {
+                    let found = target
+                        .strip_prefix("#/")
+                        .map(|path| path.split('/').try_fold(root, |node, key| node.get(key)))
+                        .is_some_and(|node| node.is_some());
+                    if !found {
+                        dangling.push(target.clone());
+                    }
+                }
+                map.values().for_each(|v| walk(v, root, dangling));
+            }
+            Value::Array(items) => items.iter().for_each(|v| walk(v, root, dangling)),
+            _ => {}
+        }
+    }
+    let document = openapi();
+    let mut dangling = Vec::new();
+    walk(&document, &document, &mut dangling);
+    assert!(dangling.is_empty(), "unresolved $ref: {dangling:?}");
+}

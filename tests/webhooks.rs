@@ -264,3 +264,30 @@ fn an_event_committed_before_a_kill9_is_delivered_after_the_restart() {
         );
     }
 }
+
+#[test]
+fn an_open_gate_sends_gate_waiting_to_subscribed_receivers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let receiver = Receiver::start(Some(0));
+    let config = config(dir.path(), &[(&receiver.url, "[\"gate_waiting\"]")]);
+    let server = Server::start_with(&dir.path().join("state"), &["--config", &config]);
+    let id = server.submit(
+        "name: g\nsteps:\n  - name: approve\n    gate: {expires: 1h, message: \"ship?\"}\n",
+    );
+    let seen = receiver.wait_for("the gate_waiting event arrives", |seen| !seen.is_empty());
+    let body: serde_json::Value = serde_json::from_str(&seen[0].body).expect("JSON");
+    assert_eq!(body["type"], "gate_waiting");
+    assert_eq!(body["run"], id.as_str());
+    assert_eq!(body["step"], "approve");
+    assert_eq!(body["message"], "ship?");
+    assert!(body["expires_at"].is_string(), "{body}");
+    assert!(valid_signature(&seen[0]));
+    // Only the subscribed event: no run_state deliveries.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        receiver.deliveries().len(),
+        1,
+        "{:#?}",
+        receiver.deliveries()
+    );
+}

@@ -30,6 +30,8 @@ pub struct StepDetail {
     pub needs: Vec<String>,
     /// A gate step's state: its timers and, once decided, who decided what and when.
     pub gate: Option<GateDto>,
+    /// Attempts of earlier tries (before an auto-retry resubmit), not listed here.
+    pub earlier_attempts: usize,
     pub attempts: Vec<AttemptDto>,
 }
 
@@ -111,8 +113,8 @@ pub struct ClassificationDto {
     pub reason: String,
 }
 
-/// The auto-retry block of the run detail. No sweep exists yet, so a run has made no
-/// auto-retry attempts; `max` is the default budget the sweep will use.
+/// The auto-retry block: resubmits so far against the configured `max`, when the run is
+/// next eligible, and whether (and why) it is quarantined.
 #[derive(Serialize)]
 pub struct AutoRetryDto {
     pub attempts: u32,
@@ -131,6 +133,7 @@ pub struct RunSummary {
     pub created_at: String,
     pub updated_at: String,
     pub failure_classification: Option<ClassificationDto>,
+    pub auto_retry: AutoRetryDto,
 }
 
 impl From<FailureClassification> for ClassificationDto {
@@ -144,7 +147,24 @@ impl From<FailureClassification> for ClassificationDto {
     }
 }
 
-pub fn run_detail(run: &Run) -> RunDetail {
+pub fn auto_retry(header: &RunHeader, max: u32) -> AutoRetryDto {
+    let retry = &header.auto_retry;
+    AutoRetryDto {
+        attempts: retry.attempts,
+        max,
+        next_at: retry.next_at.map(rfc3339),
+        quarantined: header.state == crate::engine::RunState::Quarantined,
+        reason: retry
+            .quarantined
+            .clone()
+            .filter(|_| header.state == crate::engine::RunState::Quarantined)
+            .or_else(|| retry.discarded.clone()),
+    }
+}
+
+/// The run detail. `attempts` shows the current try; a resubmitted run's earlier attempts
+/// are counted in `earlier_attempts` and kept in the history (and their logs by number).
+pub fn run_detail(run: &Run, auto_retry_max: u32) -> RunDetail {
     let header = &run.header;
     let steps = run
         .pipeline
@@ -166,7 +186,8 @@ pub fn run_detail(run: &Run) -> RunDetail {
                 .map(|&n| run.pipeline.steps[n].name.clone())
                 .collect(),
             gate: gate_dto(spec, progress),
-            attempts: progress.attempts.iter().map(attempt_dto).collect(),
+            earlier_attempts: progress.attempts.len() - progress.current_try().len(),
+            attempts: progress.current_try().iter().map(attempt_dto).collect(),
         })
         .collect();
     RunDetail {
@@ -185,19 +206,14 @@ pub fn run_detail(run: &Run) -> RunDetail {
         }),
         steps,
         failure_classification: classify_run(run).map(Into::into),
-        auto_retry: AutoRetryDto {
-            attempts: 0,
-            max: 2,
-            next_at: None,
-            quarantined: header.state == crate::engine::RunState::Quarantined,
-            reason: None,
-        },
+        auto_retry: auto_retry(header, auto_retry_max),
     }
 }
 
 pub fn run_summary(
     header: &RunHeader,
     classification: Option<FailureClassification>,
+    auto_retry_max: u32,
 ) -> RunSummary {
     RunSummary {
         id: header.id.to_string(),
@@ -207,6 +223,7 @@ pub fn run_summary(
         created_at: rfc3339(header.created_at),
         updated_at: rfc3339(header.updated_at),
         failure_classification: classification.map(Into::into),
+        auto_retry: auto_retry(header, auto_retry_max),
     }
 }
 

@@ -36,6 +36,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/runs/{id}", get(show_run))
         .route("/runs/{id}/history", get(history))
         .route("/runs/{id}/cancel", post(cancel))
+        .route("/runs/{id}/requeue", post(release_run))
+        .route("/runs/{id}/discard", post(discard_run))
         .route("/runs/{id}/gates/{step}/approve", post(approve_gate))
         .route("/runs/{id}/gates/{step}/reject", post(reject_gate))
         .route("/runs/{id}/steps/{step}/logs", get(logs))
@@ -221,7 +223,7 @@ async fn submit(
         },
         text: text.to_string(),
     };
-    let origin = crate::engine::classification::LOCAL_ORIGIN.to_string();
+    let origin = origin(&headers)?;
     let submitted = state
         .service
         .submit(source, Arc::new(outcome.pipeline), origin, idempotency_key)
@@ -245,6 +247,29 @@ async fn submit(
         StatusCode::CREATED
     };
     Ok((status, Json(body)).into_response())
+}
+
+/// The run's origin: `X-Scarab-Origin` names the producing system; without it, `local`.
+/// Runs of any other origin are never auto-retried (their producer owns them).
+fn origin(headers: &HeaderMap) -> Result<String, ApiError> {
+    let Some(value) = headers.get("x-scarab-origin") else {
+        return Ok(crate::engine::classification::LOCAL_ORIGIN.to_string());
+    };
+    let bad = |message: &str| ApiError::field(StatusCode::BAD_REQUEST, "X-Scarab-Origin", message);
+    let text = value
+        .to_str()
+        .map_err(|_| bad("must be visible ASCII"))?
+        .trim();
+    if text.is_empty() || text.len() > limits::ORIGIN_MAX_BYTES {
+        return Err(bad(&format!(
+            "must be 1 to {} bytes",
+            limits::ORIGIN_MAX_BYTES
+        )));
+    }
+    if !text.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(bad("must be visible ASCII without spaces"));
+    }
+    Ok(text.to_string())
 }
 
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
@@ -343,7 +368,11 @@ async fn list_runs(
         } else {
             None
         };
-        runs.push(dto::run_summary(&header, classification));
+        runs.push(dto::run_summary(
+            &header,
+            classification,
+            state.service.settings.auto_retry.max,
+        ));
     }
     Ok(Json(json!({"runs": runs, "next_cursor": next_cursor})).into_response())
 }
@@ -384,7 +413,7 @@ async fn show_run(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let run = load_run(&state, &id).await?;
-    Ok(Json(dto::run_detail(&run)).into_response())
+    Ok(Json(dto::run_detail(&run, state.service.settings.auto_retry.max)).into_response())
 }
 
 #[derive(Deserialize)]
@@ -463,6 +492,80 @@ async fn cancel(
         Json(json!({"id": run.to_string(), "cancel": "requested"})),
     )
         .into_response())
+}
+
+/// Release a quarantined run for a fresh try.
+async fn release_run(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<auth::Caller>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    auth::permit(&caller, auth::Permission::Write)?;
+    let run = parse_run_id(&id)?;
+    let action = dlq_action(body)?;
+    let by = limits::clip(
+        action.by.as_deref().unwrap_or(&caller.name),
+        limits::ORIGIN_MAX_BYTES,
+    );
+    state
+        .service
+        .release(run, by)
+        .await
+        .map_err(run_action_error)?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"id": run.to_string(), "requeued": true})),
+    )
+        .into_response())
+}
+
+/// Discard a quarantined run: it stays dead-lettered and is never auto-retried again.
+async fn discard_run(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<auth::Caller>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    auth::permit(&caller, auth::Permission::Write)?;
+    let run = parse_run_id(&id)?;
+    let action = dlq_action(body)?;
+    let reason = action
+        .reason
+        .filter(|r| !r.trim().is_empty())
+        .ok_or_else(|| {
+            ApiError::field(
+                StatusCode::BAD_REQUEST,
+                "reason",
+                "discarding needs a reason",
+            )
+        })?;
+    let by = limits::clip(
+        action.by.as_deref().unwrap_or(&caller.name),
+        limits::ORIGIN_MAX_BYTES,
+    );
+    let reason = limits::clip(&reason, limits::REASON_MAX_BYTES);
+    state
+        .service
+        .discard_run(run, by, reason)
+        .await
+        .map_err(run_action_error)?;
+    Ok((
+        StatusCode::OK,
+        Json(json!({"id": run.to_string(), "discarded": true})),
+    )
+        .into_response())
+}
+
+fn run_action_error(error: crate::service::RunActionError) -> ApiError {
+    use crate::service::RunActionError;
+    let status = match &error {
+        RunActionError::NotFound(_) => StatusCode::NOT_FOUND,
+        RunActionError::Rejected(_) => StatusCode::CONFLICT,
+        RunActionError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        RunActionError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    ApiError::new(status, error.to_string())
 }
 
 #[derive(Deserialize, Default)]

@@ -153,6 +153,7 @@ pub fn submit(
     file: &Path,
     quiet: bool,
     idempotency_key: Option<&str>,
+    origin: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
     let client = Client::new(args)?;
     let body = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
@@ -163,6 +164,7 @@ pub fn submit(
     let headers: Vec<(&str, &str)> = idempotency_key
         .map(|k| ("Idempotency-Key", k))
         .into_iter()
+        .chain(origin.map(|o| ("X-Scarab-Origin", o)))
         .collect();
     let answer = client.post("/v1/runs", content_type, &body, &headers)?;
     if !answer.ok() {
@@ -209,9 +211,7 @@ pub fn runs(
         "ID", "PIPELINE", "STATE", "UPDATED"
     );
     for run in value["runs"].as_array().into_iter().flatten() {
-        let why = run["failure_classification"]["category"]
-            .as_str()
-            .unwrap_or("");
+        let why = why(run);
         println!(
             "{:<28} {:<20} {:<14} {:<26} {why}",
             run["id"].as_str().unwrap_or(""),
@@ -280,6 +280,10 @@ pub fn show(args: &ClientArgs, run: &str) -> anyhow::Result<ExitCode> {
         value["created_at"].as_str().unwrap_or(""),
         value["updated_at"].as_str().unwrap_or("")
     );
+    let standing = why(&value);
+    if standing.starts_with("auto-retrying") || standing.starts_with("quarantined") {
+        println!("{standing}");
+    }
     if let Some(c) = value["failure_classification"].as_object() {
         println!(
             "failure: {} in step {} ({}), auto-retryable: {}",
@@ -388,6 +392,49 @@ pub fn cancel(args: &ClientArgs, run: &str) -> anyhow::Result<ExitCode> {
     match args.output {
         Output::Json => print_json(&answer.json()?)?,
         Output::Table => println!("cancel requested for {run}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The WHY of a run for people: its failure category, and where the auto-retry sweep
+/// stands ("auto-retrying (1/2)", "quarantined: …").
+fn why(run: &serde_json::Value) -> String {
+    let category = run["failure_classification"]["category"]
+        .as_str()
+        .unwrap_or("");
+    let retry = &run["auto_retry"];
+    if retry["quarantined"] == true {
+        return format!("quarantined: {}", retry["reason"].as_str().unwrap_or(""));
+    }
+    let attempts = retry["attempts"].as_u64().unwrap_or(0);
+    let state = run["state"].as_str().unwrap_or("");
+    if attempts > 0 && matches!(state, "queued" | "running" | "waiting") {
+        return format!("auto-retrying ({attempts}/{})", retry["max"]);
+    }
+    category.to_string()
+}
+
+/// `scarab requeue RUN` and `scarab discard RUN --reason WHY` for quarantined runs.
+pub fn run_action(
+    args: &ClientArgs,
+    run: &str,
+    action: &str,
+    reason: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let client = Client::new(args)?;
+    let body = serde_json::json!({"by": "cli", "reason": reason});
+    let answer = client.post(
+        &format!("/v1/runs/{run}/{action}"),
+        "application/json",
+        body.to_string().as_bytes(),
+        &[],
+    )?;
+    if !answer.ok() {
+        return fail(&answer);
+    }
+    match args.output {
+        Output::Json => print_json(&answer.json()?)?,
+        Output::Table => println!("run {run}: {action} done"),
     }
     Ok(ExitCode::SUCCESS)
 }

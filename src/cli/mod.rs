@@ -113,9 +113,15 @@ pub struct EngineArgs {
 impl EngineArgs {
     fn settings(&self) -> anyhow::Result<Settings> {
         let mut settings = Settings::default();
-        if let Some(path) = &self.config {
-            settings.webhooks = crate::config::ConfigFile::load(path)?.webhooks;
-        }
+        let file = match &self.config {
+            Some(path) => crate::config::ConfigFile::load(path)?,
+            None => crate::config::ConfigFile::default(),
+        };
+        settings.auto_retry = file
+            .auto_retry
+            .settings(|name| std::env::var(name).ok())
+            .map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
+        settings.webhooks = file.webhooks;
         settings.engine.default_step_timeout = self.default_step_timeout;
         settings.engine.infra_retries = self.infra_retries;
         settings.kill_grace = self.kill_grace;
@@ -215,6 +221,10 @@ enum Command {
         /// Resubmitting with the same key returns the same run.
         #[arg(long)]
         idempotency_key: Option<String>,
+        /// The producing system, when not this CLI (runs of another origin are never
+        /// auto-retried).
+        #[arg(long)]
+        origin: Option<String>,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -253,6 +263,20 @@ enum Command {
     Dlq {
         #[command(subcommand)]
         action: DlqCommand,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Release a quarantined run: a fresh try of its failed steps, with new fences.
+    Requeue {
+        run: String,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Discard a quarantined run: it stays dead-lettered and is never auto-retried again.
+    Discard {
+        run: String,
+        #[arg(long)]
+        reason: String,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -299,6 +323,12 @@ enum Command {
         /// Steps in flight when the service is killed.
         #[arg(long, default_value_t = 1_000)]
         crash_steps: u64,
+        /// Dead-lettered runs in the store for the auto-retry sweep measurement.
+        #[arg(long, default_value_t = 100_000)]
+        dead_lettered: u64,
+        /// Run only this measurement (`sweep`).
+        #[arg(long)]
+        only: Option<String>,
     },
     /// Inside a step: report an output (`scarab output set KEY VALUE`), fenced by the
     /// attempt's own token (SCARAB_URL, SCARAB_RUN_ID, SCARAB_STEP, SCARAB_STEP_TOKEN).
@@ -369,8 +399,15 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             file,
             quiet,
             idempotency_key,
+            origin,
             client,
-        } => client::submit(&client, &file, quiet, idempotency_key.as_deref()),
+        } => client::submit(
+            &client,
+            &file,
+            quiet,
+            idempotency_key.as_deref(),
+            origin.as_deref(),
+        ),
         Command::Runs {
             state,
             limit,
@@ -387,6 +424,12 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             client,
         } => client::logs(&client, &run, &step, &stream, attempt, follow),
         Command::Cancel { run, client } => client::cancel(&client, &run),
+        Command::Requeue { run, client } => client::run_action(&client, &run, "requeue", None),
+        Command::Discard {
+            run,
+            reason,
+            client,
+        } => client::run_action(&client, &run, "discard", Some(&reason)),
         Command::Approve {
             run,
             step,
@@ -413,6 +456,8 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             stored_runs,
             inflight,
             crash_steps,
+            dead_lettered,
+            only,
         } => {
             crate::bench::run(&crate::bench::Options {
                 dir,
@@ -420,6 +465,8 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 stored_runs,
                 inflight,
                 crash_steps,
+                dead_lettered,
+                only,
             })?;
             Ok(ExitCode::SUCCESS)
         }

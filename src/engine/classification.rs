@@ -145,8 +145,26 @@ fn attempt_failure(run: &Run) -> Option<FailureClassification> {
         category: undelivered.unwrap_or(class.as_str()),
         auto_retryable: undelivered.is_none()
             && class == FailureClass::InfraNeverStarted
-            && run.header.origin == LOCAL_ORIGIN,
+            && run.header.origin == LOCAL_ORIGIN
+            && run.header.cancel.is_none()
+            && only_never_started(run),
         step: Some(run.pipeline.steps[step].name.clone()),
         reason: verdict.reason.clone(),
+    })
+}
+
+/// Every step that did not succeed either never started (dead-lettered
+/// `infra_never_started`, not an undelivered message) or was skipped because of one: a
+/// fresh try would re-run exactly those. A failed step (a code verdict) rules it out.
+fn only_never_started(run: &Run) -> bool {
+    run.steps.iter().all(|progress| match &progress.state {
+        StepState::DeadLettered { reason } => {
+            reason != Undelivered::ExecutorUnavailable.reason()
+                && reason != Undelivered::OutboxPoison.reason()
+                && progress.attempts.last().and_then(|a| a.class())
+                    == Some(FailureClass::InfraNeverStarted)
+        }
+        StepState::Failed { .. } | StepState::Cancelled => false,
+        _ => true,
     })
 }

@@ -25,6 +25,8 @@ pub enum RejectedInput {
     StaleFence { current: Option<super::Fence> },
     #[error("step {0} is not a gate")]
     NotAGate(String),
+    #[error("run is {0}, not {1}")]
+    WrongState(&'static str, &'static str),
     /// The gate is not open: not reached yet, or already decided.
     #[error("gate {step} is {state}, not waiting for a decision")]
     GateNotOpen { step: String, state: String },
@@ -70,6 +72,7 @@ impl Engine {
             updated_at: now,
             cancel: None,
             budget: pipeline.budget.map(|limit| BudgetClock::new(limit, now)),
+            auto_retry: Default::default(),
         };
         let steps = vec![StepProgress::new(); pipeline.steps.len()];
         let mut run = Run {
@@ -131,6 +134,9 @@ impl Engine {
                 caller,
                 comment,
             } => on_decide(run, step, approve, by, caller, comment, now, &mut effects)?,
+            Input::Resubmit { by, next_at } => on_resubmit(run, by, next_at, now, &mut effects)?,
+            Input::Quarantine { reason } => on_quarantine(run, reason, &mut effects)?,
+            Input::Discard { by, reason } => on_discard(run, by, reason, &mut effects)?,
             Input::Cancel { by } => on_cancel(run, by, now, &mut effects)?,
             Input::Undeliverable {
                 step,
@@ -242,7 +248,7 @@ impl Engine {
         effects: &mut Effects,
     ) -> StepState {
         let spec = &run.pipeline.steps[step];
-        let attempts_used = u32::try_from(run.steps[step].attempts.len()).unwrap_or(u32::MAX);
+        let attempts_used = u32::try_from(run.steps[step].current_try().len()).unwrap_or(u32::MAX);
         let infra_retries = self.settings.infra_retries;
         match retry::decide(class, spec.retry.as_ref(), infra_retries, attempts_used) {
             Decision::Retry => {
@@ -924,6 +930,10 @@ fn settle_run_state(run: &mut Run, now: Timestamp, effects: &mut Effects) {
     if run.steps.iter().all(|s| s.state.is_terminal()) {
         let outcome = run_outcome(run);
         pause_budget(run, now, effects);
+        if outcome == RunState::DeadLettered {
+            let retry = &mut run.header.auto_retry;
+            retry.eligible_at = Some(retry.next_at.map_or(now, |at| at.max(now)));
+        }
         set_run_state(run, outcome, effects);
         return;
     }
@@ -1036,4 +1046,86 @@ fn on_budget(run: &mut Run, now: Timestamp, effects: &mut Effects) {
             | StepState::Cancelled => {}
         }
     }
+}
+
+// --- Auto-retry: resubmit, quarantine, discard -------------------------------------------
+
+/// A fresh try: every dead-lettered or skipped step starts over (its earlier
+/// attempts stay, before `try_start`), the run is queued again, and `advance` mints the
+/// new attempts with new fences in this same transaction.
+fn on_resubmit(
+    run: &mut Run,
+    by: String,
+    next_at: Timestamp,
+    now: Timestamp,
+    effects: &mut Effects,
+) -> Result<(), RejectedInput> {
+    let state = run.header.state;
+    if !matches!(state, RunState::DeadLettered | RunState::Quarantined) {
+        return Err(RejectedInput::WrongState(
+            state.as_str(),
+            "dead_lettered or quarantined",
+        ));
+    }
+    let retry = &mut run.header.auto_retry;
+    retry.attempts = retry.attempts.saturating_add(1);
+    retry.next_at = Some(next_at);
+    retry.quarantined = None;
+    let attempt = retry.attempts;
+    for step in 0..run.steps.len() {
+        if matches!(
+            run.steps[step].state,
+            StepState::DeadLettered { .. } | StepState::Skipped
+        ) {
+            run.steps[step].try_start = run.steps[step].attempts.len();
+            set_step_state(run, step, StepState::Pending, effects);
+        }
+    }
+    effects.events.push(Event::AutoRetryScheduled {
+        attempt,
+        by,
+        next_at,
+    });
+    set_run_state(run, RunState::Queued, effects);
+    resume_budget(run, now, effects);
+    Ok(())
+}
+
+fn on_quarantine(
+    run: &mut Run,
+    reason: String,
+    effects: &mut Effects,
+) -> Result<(), RejectedInput> {
+    if run.header.state != RunState::DeadLettered {
+        return Err(RejectedInput::WrongState(
+            run.header.state.as_str(),
+            "dead_lettered",
+        ));
+    }
+    run.header.auto_retry.quarantined = Some(reason.clone());
+    effects.events.push(Event::AutoRetryQuarantined { reason });
+    set_run_state(run, RunState::Quarantined, effects);
+    Ok(())
+}
+
+fn on_discard(
+    run: &mut Run,
+    by: String,
+    reason: String,
+    effects: &mut Effects,
+) -> Result<(), RejectedInput> {
+    if run.header.state != RunState::Quarantined {
+        return Err(RejectedInput::WrongState(
+            run.header.state.as_str(),
+            "quarantined",
+        ));
+    }
+    let retry = &mut run.header.auto_retry;
+    retry.discarded = Some(format!("discarded by {by}: {reason}"));
+    retry.eligible_at = None;
+    effects
+        .events
+        .push(Event::QuarantineDiscarded { by, reason });
+    set_run_state(run, RunState::DeadLettered, effects);
+    Ok(())
 }

@@ -4,6 +4,7 @@
 //! closed enum; outputs ([`Effects`]) name what changed and what must happen next
 //! (intents), and the driver commits both in one transaction before acting.
 
+pub mod auto_retry;
 pub mod class;
 pub mod classification;
 #[cfg(test)]
@@ -20,14 +21,15 @@ mod tests;
 
 use std::time::Duration;
 
+pub use auto_retry::{AutoRetrySettings, Eligibility, SkipReason, eligibility};
 pub use class::{FailureClass, Outcome, Verdict};
 pub use classification::{FailureClassification, classify_run};
 pub use ids::{Fence, FenceCounter, RunId, Timestamp};
 pub use machine::{BUDGET_EXCEEDED, Engine, GATE_EXPIRED, GATE_REJECTED, RejectedInput, SYSTEM};
 pub use progress::{Stuck, Wait, waits};
 pub use state::{
-    Attempt, AttemptState, BudgetClock, CancelRequest, GateDecision, GateOutcome, GateProgress,
-    KillReason, Run, RunHeader, RunState, StepProgress, StepState,
+    Attempt, AttemptState, AutoRetryState, BudgetClock, CancelRequest, GateDecision, GateOutcome,
+    GateProgress, KillReason, Run, RunHeader, RunState, StepProgress, StepState,
 };
 
 use crate::pipeline::StepAction;
@@ -92,6 +94,23 @@ pub enum Input {
         step: usize,
         fence: Fence,
         outputs: Vec<(String, String)>,
+    },
+    /// Resubmit a dead-lettered (or, by an operator, a quarantined) run: its failed and
+    /// skipped steps start a fresh try with new attempts and fences. `next_at` is when it
+    /// may be auto-retried again should it dead-letter again.
+    Resubmit {
+        by: String,
+        next_at: Timestamp,
+    },
+    /// Set a dead-lettered run aside: the sweep will not touch it again.
+    Quarantine {
+        reason: String,
+    },
+    /// An operator gives up on a quarantined run: it goes back to `dead_lettered`, never to
+    /// be auto-retried.
+    Discard {
+        by: String,
+        reason: String,
     },
     /// A person approves or rejects an open gate.
     Decide {
@@ -221,6 +240,18 @@ pub enum Event {
     BudgetExceeded {
         used_ms: u64,
         limit_ms: u64,
+    },
+    AutoRetryScheduled {
+        attempt: u32,
+        by: String,
+        next_at: Timestamp,
+    },
+    AutoRetryQuarantined {
+        reason: String,
+    },
+    QuarantineDiscarded {
+        by: String,
+        reason: String,
     },
 }
 

@@ -99,6 +99,23 @@ pub struct RunHeader {
     pub cancel: Option<CancelRequest>,
     /// The active-time budget's clock, for pipelines that set `budget:`.
     pub budget: Option<BudgetClock>,
+    /// The auto-retry sweep's bookkeeping (PRODUCT.md §8).
+    pub auto_retry: AutoRetryState,
+}
+
+/// What the auto-retry sweep did to a run and may do next.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AutoRetryState {
+    /// Resubmissions so far (by the sweep or an operator's release).
+    pub attempts: u32,
+    /// Not eligible again before this (the backoff after the last resubmit).
+    pub next_at: Option<Timestamp>,
+    /// When the run last became dead-lettered and eligible: its key in the sweep's index.
+    pub eligible_at: Option<Timestamp>,
+    /// Why the run was quarantined, while it is.
+    pub quarantined: Option<String>,
+    /// Set when an operator discarded the quarantined run: never auto-retried again.
+    pub discarded: Option<String>,
 }
 
 /// Active time of a run against its budget. Time while the run is `waiting` (only gates
@@ -265,6 +282,9 @@ pub struct StepProgress {
     pub state: StepState,
     /// A gate step's record once it opened; `None` for other steps.
     pub gate: Option<GateProgress>,
+    /// Index in `attempts` of the current try's first attempt: a resubmitted run starts a
+    /// fresh try (with a fresh retry budget); earlier attempts stay for the record.
+    pub try_start: usize,
     pub attempts: Vec<Attempt>,
 }
 
@@ -318,8 +338,14 @@ impl StepProgress {
         StepProgress {
             state: StepState::Pending,
             gate: None,
+            try_start: 0,
             attempts: Vec::new(),
         }
+    }
+
+    /// The attempts of the current try.
+    pub fn current_try(&self) -> &[Attempt] {
+        self.attempts.get(self.try_start..).unwrap_or_default()
     }
 
     /// A step in `state` with no gate record and no attempts.

@@ -95,6 +95,18 @@ pub enum DecideError {
     ShuttingDown,
 }
 
+#[derive(Debug, thiserror::Error)]
+pub enum RunActionError {
+    #[error("run {0} not found")]
+    NotFound(RunId),
+    #[error("{0}")]
+    Rejected(String),
+    #[error("{0}")]
+    Store(String),
+    #[error("the service is shutting down")]
+    ShuttingDown,
+}
+
 /// A gate decision, as it was recorded.
 pub type Decided = crate::engine::GateDecision;
 
@@ -115,6 +127,8 @@ pub struct Driver<E: Executor> {
 struct Touched {
     /// The run's (state, updated_at) as stored before this batch; `None` for new runs.
     previous: Option<(RunState, Timestamp)>,
+    /// Its key in the auto-retry index as stored before this batch, if it had one.
+    previous_sweep_key: Option<Timestamp>,
     steps: BTreeSet<usize>,
     attempts: BTreeSet<(usize, usize)>,
 }
@@ -136,6 +150,14 @@ enum Reply {
     Decide(
         oneshot::Sender<Result<Decided, DecideError>>,
         Result<Decided, DecideError>,
+    ),
+    Sweep(
+        oneshot::Sender<super::sweep::PassOutcome>,
+        super::sweep::PassOutcome,
+    ),
+    RunAction(
+        oneshot::Sender<Result<(), RunActionError>>,
+        Result<(), RunActionError>,
     ),
 }
 
@@ -352,6 +374,12 @@ impl<E: Executor> Driver<E> {
                 Reply::Decide(to, result) => {
                     let _ = to.send(result);
                 }
+                Reply::Sweep(to, outcome) => {
+                    let _ = to.send(outcome);
+                }
+                Reply::RunAction(to, result) => {
+                    let _ = to.send(result);
+                }
             }
         }
         for fence in &batch.recorded_launches {
@@ -388,6 +416,14 @@ impl<E: Executor> Driver<E> {
                 }
                 Reply::Decide(to, _) => {
                     let _ = to.send(Err(DecideError::Store(error.to_string())));
+                }
+                // Nothing of the pass happened; the caller sees an empty outcome and the
+                // candidates are still in the index for the next pass.
+                Reply::Sweep(to, _) => {
+                    let _ = to.send(super::sweep::PassOutcome::default());
+                }
+                Reply::RunAction(to, _) => {
+                    let _ = to.send(Err(RunActionError::Store(error.to_string())));
                 }
             }
         }
@@ -440,6 +476,14 @@ impl<E: Executor> Driver<E> {
         let Some(stored) = self.store.read()?.run(run)? else {
             return Ok(());
         };
+        // A run put back in progress since (resubmitted, requeued) keeps its traces; when
+        // it ends again, a newer retention timer comes due for it.
+        let retention = u64::try_from(self.settings.log_retention.as_millis()).unwrap_or(u64::MAX);
+        if !stored.header.state.is_terminal()
+            || stored.header.updated_at.0.saturating_add(retention) > now.0
+        {
+            return Ok(());
+        }
         // A gate has no executor and no attempts: nothing to clean up.
         let kinds: Vec<Option<ExecutorKind>> = match parse_stored(&stored.source) {
             Ok(pipeline) => pipeline
@@ -527,6 +571,23 @@ impl<E: Executor> Driver<E> {
                     self.decide(tx, run, &step, approve, by, caller, comment, now, batch)?;
                 batch.replies.push(Reply::Decide(reply, result));
             }
+            Command::Sweep { candidates, reply } => {
+                let outcome = self.sweep(tx, candidates, now, batch)?;
+                batch.replies.push(Reply::Sweep(reply, outcome));
+            }
+            Command::Release { run, by, reply } => {
+                let result = self.release(tx, run, by, now, batch)?;
+                batch.replies.push(Reply::RunAction(reply, result));
+            }
+            Command::DiscardRun {
+                run,
+                by,
+                reason,
+                reply,
+            } => {
+                let result = self.run_action(tx, run, Input::Discard { by, reason }, now, batch)?;
+                batch.replies.push(Reply::RunAction(reply, result));
+            }
             Command::Requeue { id, by, reply } => {
                 let result = self.requeue(tx, id, by, now, batch)?;
                 batch.replies.push(Reply::Dlq(reply, result));
@@ -609,6 +670,176 @@ impl<E: Executor> Driver<E> {
         Ok(self
             .apply_input(tx, id, Input::Cancel { by }, now, batch)?
             .map_err(CancelError::from))
+    }
+
+    /// Brings a stored run into the cache (a finished run leaves it) so an input can change
+    /// it. `Ok(Err(reason))` when it cannot be restored.
+    fn load(&mut self, id: RunId) -> Result<Option<Result<(), String>>, StoreError> {
+        if self.runs.contains_key(&id) {
+            return Ok(Some(Ok(())));
+        }
+        let Some(stored) = self.store.read()?.run(id)? else {
+            return Ok(None);
+        };
+        Ok(Some(rebuild(stored).map(|run| {
+            self.runs.insert(id, run);
+        })))
+    }
+
+    /// An operator input on a (possibly finished) run.
+    fn run_action(
+        &mut self,
+        tx: &mut WriteTx,
+        id: RunId,
+        input: Input,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<Result<(), RunActionError>, StoreError> {
+        match self.load(id)? {
+            None => return Ok(Err(RunActionError::NotFound(id))),
+            Some(Err(error)) => {
+                return Ok(Err(RunActionError::Rejected(format!(
+                    "run {id} cannot be restored: {error}"
+                ))));
+            }
+            Some(Ok(())) => {}
+        }
+        Ok(self
+            .apply_input(tx, id, input, now, batch)?
+            .map_err(|rejected| RunActionError::Rejected(rejected.to_string())))
+    }
+
+    /// An operator releases a quarantined run: a fresh try, counted like a resubmit.
+    fn release(
+        &mut self,
+        tx: &mut WriteTx,
+        id: RunId,
+        by: String,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<Result<(), RunActionError>, StoreError> {
+        let state = match self.load(id)? {
+            None => return Ok(Err(RunActionError::NotFound(id))),
+            Some(Err(error)) => {
+                return Ok(Err(RunActionError::Rejected(format!(
+                    "run {id} cannot be restored: {error}"
+                ))));
+            }
+            Some(Ok(())) => self.runs[&id].header.state,
+        };
+        if state != RunState::Quarantined {
+            return Ok(Err(RunActionError::Rejected(format!(
+                "run is {}, not quarantined",
+                state.as_str()
+            ))));
+        }
+        let attempts = self.runs[&id].header.auto_retry.attempts;
+        let next_at = now.plus(self.settings.auto_retry.backoff(attempts + 1));
+        self.run_action(tx, id, Input::Resubmit { by, next_at }, now, batch)
+    }
+
+    /// One sweep pass over the index rows read: each candidate is re-checked here, in the
+    /// write transaction (the double-submit guard: the driver is the only writer, so two
+    /// passes or a pass and an operator are serialized, and the second finds the run no
+    /// longer dead-lettered).
+    fn sweep(
+        &mut self,
+        tx: &mut WriteTx,
+        candidates: Vec<(Timestamp, RunId)>,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<super::sweep::PassOutcome, StoreError> {
+        use crate::engine::{Eligibility, SkipReason, eligibility};
+        let settings = self.settings.auto_retry.clone();
+        let mut outcome = super::sweep::PassOutcome {
+            scanned: candidates.len(),
+            ..Default::default()
+        };
+        for (key, id) in candidates {
+            match self.load(id)? {
+                None => {
+                    tx.auto_retry_index_delete(key, id)?;
+                    outcome.skip(SkipReason::NotDeadLettered);
+                    continue;
+                }
+                Some(Err(error)) => {
+                    // Restore-or-quarantine: never resubmit what cannot be validated.
+                    self.quarantine_unrestorable(tx, key, id, &error, now)?;
+                    outcome.quarantined += 1;
+                    continue;
+                }
+                Some(Ok(())) => {}
+            }
+            let run = &self.runs[&id];
+            match eligibility(run, &settings, now) {
+                Eligibility::Resubmit if outcome.resubmitted < settings.sweep_limit => {
+                    outcome.eligible += 1;
+                    let attempt = run.header.auto_retry.attempts + 1;
+                    let next_at = now.plus(settings.backoff(attempt));
+                    let input = Input::Resubmit {
+                        by: "auto-retry".into(),
+                        next_at,
+                    };
+                    if self.apply_input(tx, id, input, now, batch)?.is_ok() {
+                        outcome.resubmitted += 1;
+                        tracing::info!(run = %id, attempt, max = settings.max, "auto-retry: run resubmitted");
+                    }
+                }
+                Eligibility::Resubmit => {
+                    outcome.eligible += 1;
+                    outcome.skip(SkipReason::SweepLimit);
+                }
+                Eligibility::Quarantine(reason) => {
+                    tracing::warn!(run = %id, %reason, "operator alert: run quarantined");
+                    if self
+                        .apply_input(tx, id, Input::Quarantine { reason }, now, batch)?
+                        .is_ok()
+                    {
+                        outcome.quarantined += 1;
+                    }
+                }
+                Eligibility::Skip(SkipReason::Backoff) => outcome.skip(SkipReason::Backoff),
+                Eligibility::Skip(reason) => {
+                    // Never eligible again (or not any more): out of the index.
+                    tx.auto_retry_index_delete(key, id)?;
+                    outcome.skip(reason);
+                }
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// A run whose stored pipeline no longer restores is quarantined at the header level
+    /// (there is no engine run to change), with its reason in the history.
+    fn quarantine_unrestorable(
+        &mut self,
+        tx: &mut WriteTx,
+        key: Timestamp,
+        id: RunId,
+        error: &str,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        tx.auto_retry_index_delete(key, id)?;
+        let Some(mut header) = self.store.read()?.run_header(id)? else {
+            return Ok(());
+        };
+        if header.state != RunState::DeadLettered {
+            return Ok(());
+        }
+        let previous = (header.state, header.updated_at);
+        let reason = format!("the stored pipeline cannot be restored: {error}");
+        tracing::warn!(run = %id, %reason, "operator alert: run quarantined");
+        header.state = RunState::Quarantined;
+        header.updated_at = now;
+        header.auto_retry.quarantined = Some(reason.clone());
+        tx.put_run(&header, Some(previous))?;
+        let record = HistoryRecord {
+            at: now,
+            kind: "auto_retry_quarantined".into(),
+            detail: serde_json::json!({"reason": reason}).to_string(),
+        };
+        tx.append_history(id, &record)?;
+        Ok(())
     }
 
     /// Approves or rejects a gate by name. A run that is no longer active is loaded only to
@@ -923,10 +1154,12 @@ impl<E: Executor> Driver<E> {
             return Ok(Ok(()));
         };
         let previous = Some((run.header.state, run.header.updated_at));
+        let previous_sweep_key = sweep_key(run);
         // The first touch in a batch remembers what the store holds; a run submitted in
         // this batch was entered with `previous: None` and keeps it.
         batch.touched.entry(id).or_insert_with(|| Touched {
             previous,
+            previous_sweep_key,
             ..Touched::default()
         });
         match self.engine.handle(run, &mut self.fences, input, now) {
@@ -1060,6 +1293,9 @@ impl<E: Executor> Driver<E> {
         if to == RunState::DeadLettered {
             kinds.push(WebhookEvent::DeadLettered);
         }
+        if to == RunState::Quarantined {
+            kinds.push(WebhookEvent::Quarantined);
+        }
         for kind in kinds {
             let event_id = webhooks::new_event_id();
             let body = webhooks::run_event(kind, &event_id, run, from.as_str(), now);
@@ -1120,7 +1356,7 @@ impl<E: Executor> Driver<E> {
                 url: hook.url.clone(),
                 event_id: event_id.to_string(),
                 body: body.to_string(),
-                alert: kind == WebhookEvent::DeadLettered,
+                alert: matches!(kind, WebhookEvent::DeadLettered | WebhookEvent::Quarantined),
             };
             self.enqueue(tx, payload, now, batch)?;
         }
@@ -1156,6 +1392,16 @@ impl<E: Executor> Driver<E> {
                 continue;
             };
             tx.put_run(&run.header, touched.previous)?;
+            // The auto-retry index holds exactly the dead-lettered runs the sweep may act on.
+            let key = sweep_key(run);
+            if touched.previous_sweep_key != key {
+                if let Some(at) = touched.previous_sweep_key {
+                    tx.auto_retry_index_delete(at, *id)?;
+                }
+                if let Some(at) = key {
+                    tx.auto_retry_index_put(at, *id)?;
+                }
+            }
             let was_terminal = touched
                 .previous
                 .is_some_and(|(state, _)| state.is_terminal());
@@ -1177,6 +1423,16 @@ impl<E: Executor> Driver<E> {
         }
         Ok(())
     }
+}
+
+/// A run's key in the auto-retry index: a dead-lettered run whose failure is
+/// auto-retryable and that no operator discarded.
+fn sweep_key(run: &Run) -> Option<Timestamp> {
+    let retry = &run.header.auto_retry;
+    let candidate = run.header.state == RunState::DeadLettered
+        && retry.discarded.is_none()
+        && crate::engine::classify_run(run).is_some_and(|c| c.auto_retryable);
+    retry.eligible_at.filter(|_| candidate)
 }
 
 /// Rebuilds the engine's run from its stored parts, re-validating the stored pipeline.

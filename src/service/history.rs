@@ -19,10 +19,18 @@ pub fn record(run: &Run, event: &Event, at: Timestamp) -> HistoryRecord {
             "submitted",
             json!({"pipeline": run.pipeline.name, "steps": steps, "origin": run.header.origin}),
         ),
-        Event::RunState { from, to } => (
-            "run_state",
-            json!({"from": from.as_str(), "to": to.as_str()}),
-        ),
+        Event::RunState { from, to } => {
+            // Why a run did not succeed, as every other surface shows it.
+            let classification = crate::engine::classify_run(run).map(|c| {
+                json!({"category": c.category, "auto_retryable": c.auto_retryable,
+                       "step": c.step, "reason": c.reason})
+            });
+            (
+                "run_state",
+                json!({"from": from.as_str(), "to": to.as_str(),
+                       "failure_classification": classification}),
+            )
+        }
         Event::AttemptCreated {
             step,
             attempt,
@@ -91,6 +99,20 @@ pub fn record(run: &Run, event: &Event, at: Timestamp) -> HistoryRecord {
             json!({"step": name(step), "decision": decision.outcome.as_str(), "by": decision.by,
                    "caller": decision.caller, "comment": decision.comment}),
         ),
+        Event::AutoRetryScheduled {
+            attempt,
+            by,
+            next_at,
+        } => (
+            "auto_retry_scheduled",
+            json!({"attempt": attempt, "by": by, "next_eligible_at": clock::rfc3339(*next_at)}),
+        ),
+        Event::AutoRetryQuarantined { reason } => {
+            ("auto_retry_quarantined", json!({"reason": reason}))
+        }
+        Event::QuarantineDiscarded { by, reason } => {
+            ("quarantine_discarded", json!({"by": by, "reason": reason}))
+        }
         Event::BudgetExceeded { used_ms, limit_ms } => (
             "budget_exceeded",
             json!({"used_ms": used_ms, "limit_ms": limit_ms}),

@@ -7,6 +7,9 @@ mod dispatch;
 mod driver;
 mod history;
 pub mod progress;
+pub mod sweep;
+#[cfg(test)]
+mod sweep_tests;
 pub mod tokens;
 pub mod webhooks;
 
@@ -26,8 +29,8 @@ use crate::store::records::PipelineSource;
 use crate::store::{Store, StoreError};
 
 pub use driver::{
-    CancelError, DecideError, Decided, DlqError, OutputError, SubmitError, Submitted, parse_stored,
-    rebuild as driver_rebuild,
+    CancelError, DecideError, Decided, DlqError, OutputError, RunActionError, SubmitError,
+    Submitted, parse_stored, rebuild as driver_rebuild,
 };
 
 /// Global settings of a service instance.
@@ -49,6 +52,8 @@ pub struct Settings {
     /// The cluster for `executor: kubernetes` steps; `None`: such steps wait in the
     /// outbox as "executor unavailable".
     pub kubernetes: Option<KubernetesSettings>,
+    /// The auto-retry sweep (off by default).
+    pub auto_retry: crate::engine::AutoRetrySettings,
 }
 
 /// Where the Kubernetes executor finds its cluster.
@@ -71,6 +76,7 @@ impl Default for Settings {
             kubernetes: None,
             webhooks: Vec::new(),
             step_tokens: None,
+            auto_retry: crate::engine::AutoRetrySettings::default(),
         }
     }
 }
@@ -140,6 +146,24 @@ enum Command {
         by: String,
         reply: oneshot::Sender<Result<(), DlqError>>,
     },
+    /// One auto-retry pass over candidates read from the index.
+    Sweep {
+        candidates: Vec<(crate::engine::Timestamp, RunId)>,
+        reply: oneshot::Sender<sweep::PassOutcome>,
+    },
+    /// An operator releases a quarantined run: a fresh try, like a sweep's resubmit.
+    Release {
+        run: RunId,
+        by: String,
+        reply: oneshot::Sender<Result<(), RunActionError>>,
+    },
+    /// An operator discards a quarantined run: it stays dead-lettered for good.
+    DiscardRun {
+        run: RunId,
+        by: String,
+        reason: String,
+        reply: oneshot::Sender<Result<(), RunActionError>>,
+    },
     Decide {
         run: RunId,
         step: String,
@@ -182,6 +206,8 @@ pub struct Service {
     outbox: dispatch::Outbox,
     /// Live logs of running Pod steps (finished ones are archived in the state dir).
     pub pod_logs: Option<kube::Api<k8s_openapi::api::core::v1::Pod>>,
+    /// The auto-retry sweep's counters.
+    pub sweep_stats: Arc<sweep::SweepStats>,
     /// The last forward-progress check and when it ran.
     progress: Arc<tokio::sync::Mutex<Option<(std::time::Instant, progress::ProgressReport)>>>,
 }
@@ -298,7 +324,15 @@ pub async fn start_with<E: Executor>(
         executor,
         outbox.clone(),
         commands_tx.clone(),
-        shutdown_rx,
+        shutdown_rx.clone(),
+    ));
+    let sweep_stats: Arc<sweep::SweepStats> = Arc::default();
+    tokio::spawn(sweep::run(
+        store.clone(),
+        commands_tx.clone(),
+        settings.clone(),
+        sweep_stats.clone(),
+        shutdown_rx.clone(),
     ));
     let service = Service {
         store,
@@ -309,6 +343,7 @@ pub async fn start_with<E: Executor>(
         outbox,
         pod_logs: None,
         progress: Arc::default(),
+        sweep_stats,
     };
     service.wait_ready().await;
     Ok(Running {
@@ -455,6 +490,43 @@ impl Service {
             .await
             .map_err(|_| DecideError::ShuttingDown)?;
         answer.await.map_err(|_| DecideError::ShuttingDown)?
+    }
+
+    /// Releases a quarantined run for a fresh try.
+    pub async fn release(&self, run: RunId, by: String) -> Result<(), RunActionError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::Release { run, by, reply })
+            .await
+            .map_err(|_| RunActionError::ShuttingDown)?;
+        answer.await.map_err(|_| RunActionError::ShuttingDown)?
+    }
+
+    /// Discards a quarantined run: it is never auto-retried again.
+    pub async fn discard_run(
+        &self,
+        run: RunId,
+        by: String,
+        reason: String,
+    ) -> Result<(), RunActionError> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::DiscardRun {
+                run,
+                by,
+                reason,
+                reply,
+            })
+            .await
+            .map_err(|_| RunActionError::ShuttingDown)?;
+        answer.await.map_err(|_| RunActionError::ShuttingDown)?
+    }
+
+    /// One auto-retry pass now, whether or not the sweep is enabled (the periodic task
+    /// checks that).
+    pub async fn sweep_pass(&self) -> Result<sweep::PassOutcome, StoreError> {
+        let settings = self.settings.auto_retry.clone();
+        sweep::pass(&self.store, &self.commands, &settings, &self.sweep_stats).await
     }
 
     pub async fn cancel(&self, run: RunId, by: String) -> Result<(), CancelError> {

@@ -49,6 +49,9 @@ const OUTBOX_DUE: TableDefinition<(u64, u64), ()> = TableDefinition::new("outbox
 const HISTORY: TableDefinition<(u128, u32), &[u8]> = TableDefinition::new("history");
 /// The dead-letter queue: message id → `DeadLetter`.
 const DEAD_LETTERS: TableDefinition<u64, &[u8]> = TableDefinition::new("dead_letters");
+/// The auto-retry sweep's index: dead-lettered, auto-retryable runs by (eligible ms, run).
+/// A pass reads it from the start up to now, never the runs table.
+const AUTO_RETRY_DUE: TableDefinition<(u64, u128), ()> = TableDefinition::new("auto_retry_due");
 /// Idempotency-Key → run.
 const IDEMPOTENCY: TableDefinition<&str, u128> = TableDefinition::new("idempotency_keys");
 
@@ -120,6 +123,7 @@ impl Store {
             t.open_table(HISTORY)?;
             t.open_table(IDEMPOTENCY)?;
             t.open_table(DEAD_LETTERS)?;
+            t.open_table(AUTO_RETRY_DUE)?;
         }
         let found = tx.meta(META_SCHEMA_VERSION)?;
         match found {
@@ -224,7 +228,7 @@ impl WriteTx {
         progress: &StepProgress,
     ) -> Result<(), StoreError> {
         let key = (run.0, step_key(step)?);
-        let row = (&progress.state, &progress.gate);
+        let row = (&progress.state, &progress.gate, progress.try_start);
         self.inner
             .open_table(STEPS)?
             .insert(key, codec::encode(&row)?.as_slice())?;
@@ -267,6 +271,25 @@ impl WriteTx {
         }
         history.insert((run.0, next), codec::encode(record)?.as_slice())?;
         Ok(true)
+    }
+
+    pub fn auto_retry_index_put(&mut self, at: Timestamp, run: RunId) -> Result<(), StoreError> {
+        self.inner
+            .open_table(AUTO_RETRY_DUE)?
+            .insert((at.0, run.0), ())?;
+        Ok(())
+    }
+
+    pub fn auto_retry_index_delete(
+        &mut self,
+        at: Timestamp,
+        run: RunId,
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .inner
+            .open_table(AUTO_RETRY_DUE)?
+            .remove((at.0, run.0))?
+            .is_some())
     }
 
     pub fn insert_timer(&mut self, key: TimerKey) -> Result<(), StoreError> {
@@ -438,10 +461,11 @@ impl ReadTx {
                     "run {run} has a gap in its steps"
                 )));
             }
-            let (state, gate) = codec::decode(value.value())?;
+            let (state, gate, try_start) = codec::decode(value.value())?;
             steps.push(StepProgress {
                 state,
                 gate,
+                try_start,
                 attempts: Vec::new(),
             });
         }
@@ -604,6 +628,26 @@ impl ReadTx {
     pub fn next_timer_due(&self) -> Result<Option<Timestamp>, StoreError> {
         let timers = self.inner.open_table(TIMERS)?;
         Ok(timers.first()?.map(|(k, _)| Timestamp(k.value().0)))
+    }
+
+    /// Up to `limit` runs of the auto-retry index eligible at or before `now`, earliest
+    /// first: the only rows one sweep pass reads.
+    pub fn auto_retry_due(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<(Timestamp, RunId)>, StoreError> {
+        let table = self.inner.open_table(AUTO_RETRY_DUE)?;
+        let mut due = Vec::new();
+        for entry in table.range(..=(now.0, u128::MAX))?.take(limit) {
+            let (at, run) = entry?.0.value();
+            due.push((Timestamp(at), RunId(run)));
+        }
+        Ok(due)
+    }
+
+    pub fn auto_retry_index_len(&self) -> Result<u64, StoreError> {
+        Ok(self.inner.open_table(AUTO_RETRY_DUE)?.len()?)
     }
 
     pub fn timer_exists(&self, key: TimerKey) -> Result<bool, StoreError> {

@@ -23,6 +23,7 @@ fn header(id: u128, state: RunState, at: u64) -> RunHeader {
         updated_at: Timestamp(at),
         cancel: None,
         budget: None,
+        auto_retry: Default::default(),
     }
 }
 

@@ -444,6 +444,17 @@ impl Kubelet {
         st.kubelet.exit_delay = exit;
     }
 
+    /// Auto mode: whether the registry serves `image` (Pods of an unpullable image stay
+    /// in ImagePullBackOff).
+    pub fn set_pullable(&self, image: &str, pullable: bool) {
+        let mut st = self.shared.lock();
+        if pullable {
+            st.kubelet.unpullable.remove(image);
+        } else {
+            st.kubelet.unpullable.insert(image.to_string());
+        }
+    }
+
     /// How a gracefully deleted Pod's process reacts to SIGTERM.
     pub fn set_termination(&self, t: Termination) {
         self.shared.lock().kubelet.termination = t;
@@ -967,6 +978,10 @@ async fn auto_run(shared: Arc<Shared>, key: Key, uid: String) {
     let Some(pod) = alive(&shared, &key, &uid) else {
         return;
     };
+    if cfg.unpullable.contains(&first_image(&pod)) {
+        kubelet.image_pull_backoff(&name);
+        return;
+    }
     kubelet.start(&name);
     let plan = plan_for(&pod);
     for line in &plan.logs {

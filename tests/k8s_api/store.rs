@@ -70,6 +70,9 @@ pub struct KubeletConfig {
     pub step_delay: Duration,
     pub exit_delay: Duration,
     pub termination: Termination,
+    /// Images (as written in the Pod) the registry does not have: auto mode leaves such
+    /// Pods in ErrImagePull / ImagePullBackOff.
+    pub unpullable: std::collections::BTreeSet<String>,
 }
 
 pub struct State {
@@ -122,6 +125,7 @@ impl Shared {
                         after: Duration::from_millis(50),
                         exit_code: 143,
                     },
+                    unpullable: Default::default(),
                 },
                 closed: false,
                 seq: 0,
