@@ -243,14 +243,15 @@ fn populate_dead_lettered(dir: &Path, runs: u64) -> anyhow::Result<()> {
 /// Ten sweep passes on the real driver and store (the fake executor answers the launches):
 /// median and max duration, rows read and runs resubmitted by the last pass.
 async fn sweep_passes(dir: &Path) -> anyhow::Result<(Duration, Duration, usize, usize)> {
-    let settings = Settings {
+    let settings = Settings::default();
+    settings.replace_live(crate::config::Live {
         auto_retry: crate::engine::AutoRetrySettings {
             enabled: true,
             interval: Duration::from_secs(3600),
             ..Default::default()
         },
-        ..Settings::default()
-    };
+        ..Default::default()
+    });
     let running = service::start_with(StateDir::new(dir), settings, |reports| {
         Ok(FakeExecutor::succeeding(reports))
     })

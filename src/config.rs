@@ -1,7 +1,8 @@
-//! The configuration file (TOML). For now it holds the webhooks; the rest of the service's
-//! settings are flags and `SCARAB_*` variables until the full file arrives.
+//! The configuration file (TOML, `/etc/scarab/scarab.toml` in the package). Every key is
+//! optional. Precedence: a command-line flag, then its `SCARAB_*` variable, then the file,
+//! then the default. Every error names its key. `docs/configuration.md` lists them all.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -21,10 +22,222 @@ pub enum ConfigError {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
+    /// Where the store, the admin token and the attempt directories live.
+    pub state_dir: Option<PathBuf>,
+    /// The API's listen address.
+    pub listen: Option<String>,
+    #[serde(default)]
+    pub log: LogSection,
+    #[serde(default)]
+    pub engine: EngineSection,
+    #[serde(default)]
+    pub kubernetes: KubernetesSection,
+    #[serde(default)]
+    pub auto_retry: AutoRetryConfig,
     #[serde(default)]
     pub webhooks: Vec<WebhookConfig>,
     #[serde(default)]
-    pub auto_retry: AutoRetryConfig,
+    pub tokens: Vec<TokenConfig>,
+}
+
+/// `[log]` (reloaded by SIGHUP: `level`).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSection {
+    /// A tracing filter: `info`, `debug`, `scarab=debug,kube=warn`.
+    pub level: Option<String>,
+    /// `auto` (human on a terminal, journald-friendly under systemd), `human`, `json`.
+    pub format: Option<String>,
+}
+
+/// `[engine]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSection {
+    #[serde(default, with = "optional_duration")]
+    pub default_step_timeout: Option<Duration>,
+    pub infra_retries: Option<u32>,
+    #[serde(default, with = "optional_duration")]
+    pub kill_grace: Option<Duration>,
+    pub max_deliveries: Option<u32>,
+    #[serde(default, with = "optional_duration")]
+    pub log_retention: Option<Duration>,
+    /// How long SIGTERM waits for in-flight requests and the last commit before exiting.
+    #[serde(default, with = "optional_duration")]
+    pub shutdown_deadline: Option<Duration>,
+}
+
+/// `[kubernetes]`: where `executor: kubernetes` steps run.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesSection {
+    pub kubeconfig: Option<PathBuf>,
+    pub in_cluster: Option<bool>,
+    pub namespace: Option<String>,
+    #[serde(default, with = "optional_duration")]
+    pub grace_image_pull: Option<Duration>,
+    #[serde(default, with = "optional_duration")]
+    pub grace_config: Option<Duration>,
+    #[serde(default, with = "optional_duration")]
+    pub grace_unschedulable: Option<Duration>,
+    #[serde(default, with = "optional_duration")]
+    pub grace_pending: Option<Duration>,
+}
+
+/// `[[tokens]]`: API tokens besides the admin token (reloaded by SIGHUP). The secret is
+/// given as its SHA-256 (`sha256`, hex) or read from a file (`file`, first line); the
+/// plain token never needs to be in this file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// Recorded as the caller of what the token does (gate decisions, logs).
+    pub name: String,
+    /// `read_only` or `approver` (read, and approve or reject gates).
+    pub role: String,
+    pub sha256: Option<String>,
+    pub file: Option<PathBuf>,
+}
+
+/// A configured token, checked and ready to compare.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Token {
+    pub name: String,
+    pub role: TokenRole,
+    /// SHA-256 of the token.
+    pub digest: [u8; 32],
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenRole {
+    ReadOnly,
+    Approver,
+}
+
+/// Most configured tokens.
+pub const TOKENS_MAX: usize = 64;
+
+impl TokenConfig {
+    fn resolve(&self, index: usize) -> Result<Token, String> {
+        let key = |k: &str| format!("tokens[{index}].{k}");
+        if self.name.is_empty()
+            || self.name.len() > 64
+            || !self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        {
+            return Err(format!(
+                "{}: 1 to 64 characters of [A-Za-z0-9._-]",
+                key("name")
+            ));
+        }
+        if self.name == "admin" || self.name == crate::engine::SYSTEM {
+            return Err(format!("{}: {:?} is reserved", key("name"), self.name));
+        }
+        let role = match self.role.as_str() {
+            "read_only" => TokenRole::ReadOnly,
+            "approver" => TokenRole::Approver,
+            other => {
+                return Err(format!(
+                    "{}: {other:?} is not a role; one of read_only, approver",
+                    key("role")
+                ));
+            }
+        };
+        let digest = match (&self.sha256, &self.file) {
+            (Some(hex), None) => parse_digest(hex).ok_or_else(|| {
+                format!(
+                    "{}: must be 64 hex digits (the token's SHA-256)",
+                    key("sha256")
+                )
+            })?,
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("{}: reading {}: {e}", key("file"), path.display()))?;
+                let token = text.lines().next().unwrap_or("").trim();
+                if token.len() < 16 {
+                    return Err(format!(
+                        "{}: the token in {} must be at least 16 characters",
+                        key("file"),
+                        path.display()
+                    ));
+                }
+                digest_of(token)
+            }
+            _ => {
+                return Err(format!(
+                    "tokens[{index}]: give exactly one of sha256 or file"
+                ));
+            }
+        };
+        Ok(Token {
+            name: self.name.clone(),
+            role,
+            digest,
+        })
+    }
+}
+
+/// SHA-256 of a presented token.
+pub fn digest_of(token: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes()).into()
+}
+
+fn parse_digest(hex: &str) -> Option<[u8; 32]> {
+    let hex = hex.trim();
+    if hex.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (i, chunk) in hex.as_bytes().chunks(2).enumerate() {
+        let text = std::str::from_utf8(chunk).ok()?;
+        out[i] = u8::from_str_radix(text, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// The settings a SIGHUP replaces at once: webhooks, tokens, the log level and the
+/// auto-retry sweep. Built only from a config that validated completely.
+#[derive(Clone, Debug, Default)]
+pub struct Live {
+    pub webhooks: Vec<WebhookConfig>,
+    pub tokens: Vec<Token>,
+    pub log_level: Option<String>,
+    pub auto_retry: crate::engine::AutoRetrySettings,
+}
+
+impl ConfigFile {
+    /// The reloadable part, with `SCARAB_AUTO_RETRY_*` applied from `env`.
+    pub fn live(&self, env: impl Fn(&str) -> Option<String>) -> Result<Live, String> {
+        let tokens = self
+            .tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| t.resolve(i))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Live {
+            webhooks: self.webhooks.clone(),
+            tokens,
+            log_level: self.log.level.clone(),
+            auto_retry: self.auto_retry.settings(env)?,
+        })
+    }
+}
+
+/// Optional human durations (`10s`, `1h30m`).
+mod optional_duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        let text = Option::<String>::deserialize(deserializer)?;
+        text.map(|t| humantime::parse_duration(&t).map_err(serde::de::Error::custom))
+            .transpose()
+    }
 }
 
 /// `[auto_retry]`: the sweep of PRODUCT.md §8. Every key is optional (defaults in
@@ -200,6 +413,87 @@ impl ConfigFile {
 
     /// Every problem names its key, e.g. `webhooks[1].url`.
     fn validate(&self) -> Result<(), String> {
+        let range = |key: &str, value: Option<Duration>, min: Duration, max: Duration| match value {
+            Some(d) if d < min || d > max => Err(format!(
+                "{key}: must be between {} and {}",
+                humantime::format_duration(min),
+                humantime::format_duration(max)
+            )),
+            _ => Ok(()),
+        };
+        let secs = Duration::from_secs;
+        let e = &self.engine;
+        range(
+            "engine.default_step_timeout",
+            e.default_step_timeout,
+            crate::limits::STEP_TIMEOUT_MIN,
+            crate::limits::STEP_TIMEOUT_MAX,
+        )?;
+        range("engine.kill_grace", e.kill_grace, secs(0), secs(600))?;
+        range(
+            "engine.log_retention",
+            e.log_retention,
+            secs(60),
+            secs(3650 * 86400),
+        )?;
+        range(
+            "engine.shutdown_deadline",
+            e.shutdown_deadline,
+            secs(1),
+            secs(600),
+        )?;
+        if e.infra_retries
+            .is_some_and(|n| n > crate::limits::INFRA_RETRIES_MAX)
+        {
+            return Err(format!(
+                "engine.infra_retries: must be at most {}",
+                crate::limits::INFRA_RETRIES_MAX
+            ));
+        }
+        if e.max_deliveries.is_some_and(|n| !(1..=1000).contains(&n)) {
+            return Err("engine.max_deliveries: must be between 1 and 1000".into());
+        }
+        let k = &self.kubernetes;
+        for (key, value) in [
+            ("kubernetes.grace_image_pull", k.grace_image_pull),
+            ("kubernetes.grace_config", k.grace_config),
+            ("kubernetes.grace_unschedulable", k.grace_unschedulable),
+            ("kubernetes.grace_pending", k.grace_pending),
+        ] {
+            range(key, value, secs(1), secs(7 * 86400))?;
+        }
+        if k.kubeconfig.is_some() && k.in_cluster == Some(true) {
+            return Err("kubernetes.in_cluster: cannot be true with kubernetes.kubeconfig".into());
+        }
+        if let Some(listen) = &self.listen
+            && listen.parse::<std::net::SocketAddr>().is_err()
+        {
+            return Err(format!(
+                "listen: {listen:?} is not an address like 127.0.0.1:7300"
+            ));
+        }
+        if let Some(format) = &self.log.format
+            && !["auto", "human", "json"].contains(&format.as_str())
+        {
+            return Err(format!(
+                "log.format: {format:?} is not one of auto, human, json"
+            ));
+        }
+        if let Some(level) = &self.log.level
+            && tracing_subscriber::EnvFilter::try_new(level).is_err()
+        {
+            return Err(format!("log.level: {level:?} is not a valid filter"));
+        }
+        if self.tokens.len() > TOKENS_MAX {
+            return Err(format!("tokens: at most {TOKENS_MAX}"));
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, token) in self.tokens.iter().enumerate() {
+            if !names.insert(&token.name) {
+                return Err(format!("tokens[{i}].name: {:?} is used twice", token.name));
+            }
+        }
+        self.live(|_| None)?;
         if self.webhooks.len() > WEBHOOKS_MAX {
             return Err(format!(
                 "webhooks: at most {WEBHOOKS_MAX} (found {})",

@@ -8,6 +8,7 @@ pub mod config;
 pub mod engine;
 pub mod executor;
 pub mod limits;
+pub mod metrics;
 pub mod pipeline;
 pub mod service;
 pub mod store;

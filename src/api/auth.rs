@@ -43,6 +43,8 @@ pub enum Permission {
     Write,
     /// Approve or reject a gate.
     Approve,
+    /// Take a backup of the whole state (admin only).
+    Admin,
 }
 
 impl Permission {
@@ -51,7 +53,49 @@ impl Permission {
             Permission::Read => "read",
             Permission::Write => "write",
             Permission::Approve => "approve",
+            Permission::Admin => "administer",
         }
+    }
+}
+
+/// Who presents `token`: the admin token, or one of the configured tokens (compared by
+/// SHA-256). Every comparison takes constant time, and every configured token is compared,
+/// so the time says nothing about which one (if any) matched.
+pub fn identify(token: &str, admin: &str, tokens: &[crate::config::Token]) -> Option<Caller> {
+    use subtle::ConstantTimeEq;
+    if bool::from(token.as_bytes().ct_eq(admin.as_bytes())) {
+        return Some(Caller {
+            name: "admin".to_string(),
+            role: Role::Admin,
+        });
+    }
+    let digest = crate::config::digest_of(token);
+    let mut found = None;
+    for configured in tokens {
+        if bool::from(digest.ct_eq(&configured.digest)) {
+            found = Some(Caller {
+                name: configured.name.clone(),
+                role: match configured.role {
+                    crate::config::TokenRole::ReadOnly => Role::ReadOnly,
+                    crate::config::TokenRole::Approver => Role::Approver,
+                },
+            });
+        }
+    }
+    found
+}
+
+/// What a `/v1` request needs: deciding a gate needs `Approve`, a backup `Admin`, any
+/// other read `Read`, any other change `Write`.
+pub fn needed(method: &axum::http::Method, path: &str) -> Permission {
+    if path.contains("/gates/") && *method == axum::http::Method::POST {
+        Permission::Approve
+    } else if path.ends_with("/backup") {
+        Permission::Admin
+    } else if *method == axum::http::Method::GET || *method == axum::http::Method::HEAD {
+        Permission::Read
+    } else {
+        Permission::Write
     }
 }
 
@@ -61,7 +105,7 @@ pub fn permit(caller: &Caller, permission: Permission) -> Result<(), ApiError> {
         (Role::Admin, _) => true,
         (Role::Approver, Permission::Read | Permission::Approve) => true,
         (Role::ReadOnly, Permission::Read) => true,
-        (Role::Approver, Permission::Write) | (Role::ReadOnly, _) => false,
+        (Role::Approver, Permission::Write | Permission::Admin) | (Role::ReadOnly, _) => false,
     };
     if allowed {
         return Ok(());
@@ -96,6 +140,9 @@ mod tests {
             (Role::Admin, Permission::Read, true),
             (Role::Admin, Permission::Write, true),
             (Role::Admin, Permission::Approve, true),
+            (Role::Admin, Permission::Admin, true),
+            (Role::Approver, Permission::Admin, false),
+            (Role::ReadOnly, Permission::Admin, false),
             (Role::Approver, Permission::Read, true),
             (Role::Approver, Permission::Write, false),
             (Role::Approver, Permission::Approve, true),

@@ -41,6 +41,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/runs/{id}/gates/{step}/approve", post(approve_gate))
         .route("/runs/{id}/gates/{step}/reject", post(reject_gate))
         .route("/runs/{id}/steps/{step}/logs", get(logs))
+        .route("/backup", post(backup))
         .route("/dlq", get(list_dead_letters))
         .route("/dlq/{id}", get(show_dead_letter))
         .route("/dlq/{id}/requeue", post(requeue_dead_letter))
@@ -52,6 +53,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(outputs)
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .nest("/v1", v1)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
         // Spelled out: bodies above this are refused with 413 before they are read.
@@ -117,21 +119,36 @@ async fn authenticate(State(state): State<ApiState>, mut request: Request, next:
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    let valid = presented.is_some_and(|token| {
-        use subtle::ConstantTimeEq;
-        bool::from(token.as_bytes().ct_eq(state.admin_token.as_bytes()))
-    });
-    if !valid {
+    let live = state.service.settings.live();
+    let caller =
+        presented.and_then(|token| auth::identify(token, &state.admin_token, &live.tokens));
+    let Some(caller) = caller else {
         // Never log the presented token.
         tracing::warn!(path = %request.uri().path(), presented = presented.is_some(), "authentication failed");
         return ApiError::new(StatusCode::UNAUTHORIZED, "missing or invalid bearer token")
             .into_response();
+    };
+    let needed = auth::needed(request.method(), request.uri().path());
+    if let Err(refused) = auth::permit(&caller, needed) {
+        return refused.into_response();
     }
-    request.extensions_mut().insert(auth::Caller {
-        name: "admin".to_string(),
-        role: auth::Role::Admin,
-    });
+    request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+/// Prometheus scrapes this; like `/readyz` it needs no token (it names no run).
+async fn metrics(State(state): State<ApiState>) -> Response {
+    match state.service.metrics_text() {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(error) => ApiError::from(error).into_response(),
+    }
 }
 
 async fn readyz(State(state): State<ApiState>) -> Response {
@@ -371,7 +388,7 @@ async fn list_runs(
         runs.push(dto::run_summary(
             &header,
             classification,
-            state.service.settings.auto_retry.max,
+            state.service.settings.live().auto_retry.max,
         ));
     }
     Ok(Json(json!({"runs": runs, "next_cursor": next_cursor})).into_response())
@@ -413,7 +430,11 @@ async fn show_run(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let run = load_run(&state, &id).await?;
-    Ok(Json(dto::run_detail(&run, state.service.settings.auto_retry.max)).into_response())
+    Ok(Json(dto::run_detail(
+        &run,
+        state.service.settings.live().auto_retry.max,
+    ))
+    .into_response())
 }
 
 #[derive(Deserialize)]
@@ -490,6 +511,43 @@ async fn cancel(
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"id": run.to_string(), "cancel": "requested"})),
+    )
+        .into_response())
+}
+
+/// A consistent snapshot of the whole store, streamed. The service writes it into the state
+/// dir from one read transaction (writers go on), unlinks it and streams the open file;
+/// `X-Scarab-Backup-Counts` carries its row counts for the client's verification.
+async fn backup(State(state): State<ApiState>) -> Result<Response, ApiError> {
+    let path = state
+        .service
+        .state_dir
+        .root
+        .join(format!(".backup-{}.redb", ulid::Ulid::new()));
+    let store = state.service.store.clone();
+    let target = path.clone();
+    let counts = tokio::task::spawn_blocking(move || store.backup_to(&target))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))??;
+    let io_error =
+        |e: std::io::Error| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+    let file = tokio::fs::File::open(&path).await.map_err(io_error)?;
+    let length = file.metadata().await.map_err(io_error)?.len();
+    // The open file stays readable; nothing is left behind if the client goes away.
+    tokio::fs::remove_file(&path).await.map_err(io_error)?;
+    let counts = crate::cli::format_counts(&counts);
+    tracing::info!(bytes = length, rows = %counts, "backup taken");
+    let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(file));
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (header::CONTENT_LENGTH, length.to_string()),
+            (
+                header::HeaderName::from_static("x-scarab-backup-counts"),
+                counts,
+            ),
+        ],
+        body,
     )
         .into_response())
 }

@@ -439,6 +439,87 @@ pub fn run_action(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `scarab backup --out FILE`: the service writes a consistent snapshot while it runs; it
+/// is streamed here, fsynced, verified by reopening it read-only (row counts must equal
+/// the service's), and only then renamed to FILE.
+pub fn backup(args: &ClientArgs, out: &Path) -> anyhow::Result<ExitCode> {
+    use std::io::Write;
+    let client = Client::new(args)?;
+    anyhow::ensure!(
+        !out.exists(),
+        "{} already exists; choose a new file",
+        out.display()
+    );
+    let partial = out.with_extension("partial");
+    // A snapshot may be large: no overall timeout, only on connecting and on silence.
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_connect(Some(Duration::from_secs(10)))
+        .timeout_recv_body(Some(Duration::from_secs(600)))
+        .build()
+        .into();
+    let mut response = agent
+        .post(format!("{}/v1/backup", client.base))
+        .header("Authorization", format!("Bearer {}", client.token))
+        .send_empty()
+        .with_context(|| format!("calling {}", client.base))?;
+    if !response.status().is_success() {
+        let answer = answer(response)?;
+        return fail(&answer);
+    }
+    let expected = response
+        .headers()
+        .get("x-scarab-backup-counts")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+        .context("the service sent no row counts")?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&partial)
+        .with_context(|| format!("creating {}", partial.display()))?;
+    let written = std::io::copy(&mut response.body_mut().as_reader(), &mut file)
+        .context("receiving the snapshot")?;
+    file.flush()?;
+    file.sync_all()?;
+    drop(file);
+    let verified = crate::store::verify_file(&partial);
+    let counts = match verified {
+        Ok((counts, _)) => format_counts(&counts),
+        Err(error) => {
+            let _ = std::fs::remove_file(&partial);
+            bail!("the snapshot does not verify: {error}");
+        }
+    };
+    if counts != expected {
+        let _ = std::fs::remove_file(&partial);
+        bail!("the snapshot's rows ({counts}) differ from the service's ({expected})");
+    }
+    std::fs::rename(&partial, out)?;
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    match args.output {
+        Output::Json => print_json(&serde_json::json!({
+            "file": out.display().to_string(), "bytes": written, "rows": counts,
+        }))?,
+        Output::Table => println!(
+            "backup written to {} ({written} bytes; {counts})",
+            out.display()
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `table=rows,…`: how the service and the client compare a snapshot.
+pub fn format_counts(counts: &[(String, u64)]) -> String {
+    counts
+        .iter()
+        .map(|(table, rows)| format!("{table}={rows}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 pub fn decide(
     args: &ClientArgs,
     run: &str,

@@ -2,6 +2,7 @@
 //! talk to a running service over HTTP.
 
 mod client;
+pub use client::format_counts;
 mod explain;
 mod progress;
 mod serve;
@@ -36,11 +37,25 @@ pub enum Output {
     Json,
 }
 
-#[derive(Clone, Copy, Debug, Default, ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
+    /// Human-readable on a terminal; plain lines without timestamps or colours under
+    /// systemd (journald stamps them).
     #[default]
+    Auto,
     Human,
     Json,
+}
+
+impl LogFormat {
+    fn parse(name: &str) -> Option<LogFormat> {
+        match name {
+            "auto" => Some(LogFormat::Auto),
+            "human" => Some(LogFormat::Human),
+            "json" => Some(LogFormat::Json),
+            _ => None,
+        }
+    }
 }
 
 /// Options of every command that talks to a running service.
@@ -65,82 +80,224 @@ pub struct ClientArgs {
     output: Output,
 }
 
-/// Engine settings shared by `serve` and `run`.
+/// Engine settings shared by `serve` and `run`. Each flag (or its `SCARAB_*` variable)
+/// wins over the config file's key, which wins over the default.
 #[derive(clap::Args, Clone, Debug)]
 pub struct EngineArgs {
-    /// Step timeout for steps that name none.
-    #[arg(long, env = "SCARAB_DEFAULT_STEP_TIMEOUT", default_value = "1h", value_parser = humantime::parse_duration)]
-    default_step_timeout: Duration,
-    /// Never-started retries every step gets (0..=20).
-    #[arg(long, env = "SCARAB_INFRA_RETRIES", default_value_t = 3,
+    /// Step timeout for steps that name none [default: 1h; file: engine.default_step_timeout].
+    #[arg(long, env = "SCARAB_DEFAULT_STEP_TIMEOUT", value_parser = humantime::parse_duration)]
+    default_step_timeout: Option<Duration>,
+    /// Never-started retries every step gets, 0..=20 [default: 3; file: engine.infra_retries].
+    #[arg(long, env = "SCARAB_INFRA_RETRIES",
           value_parser = clap::value_parser!(u32).range(0..=i64::from(crate::limits::INFRA_RETRIES_MAX)))]
-    infra_retries: u32,
-    /// Grace between SIGTERM and SIGKILL when Scarab stops a step.
-    #[arg(long, env = "SCARAB_KILL_GRACE", default_value = "5s", value_parser = humantime::parse_duration)]
-    kill_grace: Duration,
-    /// The configuration file (TOML; `[[webhooks]]` for now).
+    infra_retries: Option<u32>,
+    /// Grace between SIGTERM and SIGKILL when Scarab stops a step [default: 5s].
+    #[arg(long, env = "SCARAB_KILL_GRACE", value_parser = humantime::parse_duration)]
+    kill_grace: Option<Duration>,
+    /// The configuration file (TOML; docs/configuration.md).
     #[arg(long, env = "SCARAB_CONFIG")]
     config: Option<PathBuf>,
-    /// Deliveries of one outbox message before it is dead-lettered.
-    #[arg(long, env = "SCARAB_MAX_DELIVERIES", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
-    max_deliveries: u32,
-    /// How long a finished run's step logs and attempt directories are kept.
-    #[arg(long, env = "SCARAB_LOG_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
-    log_retention: Duration,
+    /// Deliveries of one outbox message before it is dead-lettered [default: 10].
+    #[arg(long, env = "SCARAB_MAX_DELIVERIES", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    max_deliveries: Option<u32>,
+    /// How long a finished run's step logs and attempt directories are kept [default: 7d].
+    #[arg(long, env = "SCARAB_LOG_RETENTION", value_parser = humantime::parse_duration)]
+    log_retention: Option<Duration>,
     /// Run `executor: kubernetes` steps on the cluster of this kubeconfig file.
     #[arg(long, env = "SCARAB_KUBECONFIG")]
     kubeconfig: Option<PathBuf>,
     /// Run `executor: kubernetes` steps with the in-cluster service account.
     #[arg(long, env = "SCARAB_KUBE_IN_CLUSTER", conflicts_with = "kubeconfig")]
     kube_in_cluster: bool,
-    /// The namespace of the step Pods.
-    #[arg(long, env = "SCARAB_KUBE_NAMESPACE", default_value = "scarab")]
-    kube_namespace: String,
-    /// How long an image pull may keep failing before the attempt is infra_never_started.
-    #[arg(long, env = "SCARAB_KUBE_GRACE_IMAGE_PULL", default_value = "5m", value_parser = humantime::parse_duration)]
-    kube_grace_image_pull: Duration,
-    /// How long a container configuration error may last.
-    #[arg(long, env = "SCARAB_KUBE_GRACE_CONFIG", default_value = "2m", value_parser = humantime::parse_duration)]
-    kube_grace_config: Duration,
-    /// How long a Pod may stay unschedulable.
-    #[arg(long, env = "SCARAB_KUBE_GRACE_UNSCHEDULABLE", default_value = "10m", value_parser = humantime::parse_duration)]
-    kube_grace_unschedulable: Duration,
-    /// How long a Pod may stay pending for any other reason.
-    #[arg(long, env = "SCARAB_KUBE_GRACE_PENDING", default_value = "30m", value_parser = humantime::parse_duration)]
-    kube_grace_pending: Duration,
+    /// The namespace of the step Pods [default: scarab].
+    #[arg(long, env = "SCARAB_KUBE_NAMESPACE")]
+    kube_namespace: Option<String>,
+    /// How long an image pull may keep failing before the attempt is infra_never_started
+    /// [default: 5m].
+    #[arg(long, env = "SCARAB_KUBE_GRACE_IMAGE_PULL", value_parser = humantime::parse_duration)]
+    kube_grace_image_pull: Option<Duration>,
+    /// How long a container configuration error may last [default: 2m].
+    #[arg(long, env = "SCARAB_KUBE_GRACE_CONFIG", value_parser = humantime::parse_duration)]
+    kube_grace_config: Option<Duration>,
+    /// How long a Pod may stay unschedulable [default: 10m].
+    #[arg(long, env = "SCARAB_KUBE_GRACE_UNSCHEDULABLE", value_parser = humantime::parse_duration)]
+    kube_grace_unschedulable: Option<Duration>,
+    /// How long a Pod may stay pending for any other reason [default: 30m].
+    #[arg(long, env = "SCARAB_KUBE_GRACE_PENDING", value_parser = humantime::parse_duration)]
+    kube_grace_pending: Option<Duration>,
 }
 
 impl EngineArgs {
-    fn settings(&self) -> anyhow::Result<Settings> {
-        let mut settings = Settings::default();
-        let file = match &self.config {
+    /// The config file named by `--config` (or `SCARAB_CONFIG`), or an empty one.
+    fn file(&self) -> anyhow::Result<crate::config::ConfigFile> {
+        Ok(match &self.config {
             Some(path) => crate::config::ConfigFile::load(path)?,
             None => crate::config::ConfigFile::default(),
-        };
-        settings.auto_retry = file
-            .auto_retry
-            .settings(|name| std::env::var(name).ok())
+        })
+    }
+
+    fn settings(&self, file: &crate::config::ConfigFile) -> anyhow::Result<Settings> {
+        let mut settings = Settings::default();
+        let live = file
+            .live(|name| std::env::var(name).ok())
             .map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
-        settings.webhooks = file.webhooks;
-        settings.engine.default_step_timeout = self.default_step_timeout;
-        settings.engine.infra_retries = self.infra_retries;
-        settings.kill_grace = self.kill_grace;
-        settings.log_retention = self.log_retention;
-        settings.max_deliveries = self.max_deliveries;
-        if self.kubeconfig.is_some() || self.kube_in_cluster {
+        settings.replace_live(live);
+        let engine = &file.engine;
+        let defaults = Settings::default();
+        settings.engine.default_step_timeout = self
+            .default_step_timeout
+            .or(engine.default_step_timeout)
+            .unwrap_or(defaults.engine.default_step_timeout);
+        settings.engine.infra_retries = self
+            .infra_retries
+            .or(engine.infra_retries)
+            .unwrap_or(defaults.engine.infra_retries);
+        settings.kill_grace = self
+            .kill_grace
+            .or(engine.kill_grace)
+            .unwrap_or(defaults.kill_grace);
+        settings.log_retention = self
+            .log_retention
+            .or(engine.log_retention)
+            .unwrap_or(defaults.log_retention);
+        settings.max_deliveries = self
+            .max_deliveries
+            .or(engine.max_deliveries)
+            .unwrap_or(defaults.max_deliveries);
+        let kube = &file.kubernetes;
+        let kubeconfig = self.kubeconfig.clone().or(kube.kubeconfig.clone());
+        let in_cluster =
+            self.kube_in_cluster || (kubeconfig.is_none() && kube.in_cluster == Some(true));
+        if kubeconfig.is_some() || in_cluster {
+            let grace = crate::executor::kubernetes::classify::GracePeriods::default();
             settings.kubernetes = Some(crate::service::KubernetesSettings {
-                kubeconfig: self.kubeconfig.clone(),
-                namespace: self.kube_namespace.clone(),
+                kubeconfig,
+                namespace: self
+                    .kube_namespace
+                    .clone()
+                    .or(kube.namespace.clone())
+                    .unwrap_or_else(|| "scarab".to_string()),
                 grace: crate::executor::kubernetes::classify::GracePeriods {
-                    image_pull: self.kube_grace_image_pull,
-                    config: self.kube_grace_config,
-                    unschedulable: self.kube_grace_unschedulable,
-                    pending: self.kube_grace_pending,
+                    image_pull: self
+                        .kube_grace_image_pull
+                        .or(kube.grace_image_pull)
+                        .unwrap_or(grace.image_pull),
+                    config: self
+                        .kube_grace_config
+                        .or(kube.grace_config)
+                        .unwrap_or(grace.config),
+                    unschedulable: self
+                        .kube_grace_unschedulable
+                        .or(kube.grace_unschedulable)
+                        .unwrap_or(grace.unschedulable),
+                    pending: self
+                        .kube_grace_pending
+                        .or(kube.grace_pending)
+                        .unwrap_or(grace.pending),
                 },
                 delete_grace: Duration::from_secs(30),
             });
         }
         Ok(settings)
+    }
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate a config file with the `SCARAB_*` overrides applied: exit 0 when valid,
+    /// 2 with the offending key on stderr when not.
+    Check {
+        /// Default: $SCARAB_CONFIG, else /etc/scarab/scarab.toml.
+        file: Option<PathBuf>,
+    },
+}
+
+/// `scarab restore FILE --state-dir DIR`, with the service stopped.
+fn restore(file: &Path, state_dir: &Path) -> anyhow::Result<ExitCode> {
+    let (counts, runs) = crate::store::verify_file(file)
+        .map_err(|e| anyhow::anyhow!("{} is not a usable backup: {e}", file.display()))?;
+    let target = StateDir::new(state_dir).database();
+    std::fs::create_dir_all(state_dir)?;
+    // The live store must not be open: redb locks it while the service runs.
+    if target.exists() {
+        match crate::store::Store::open(&target) {
+            Ok(store) => drop(store),
+            Err(error) => bail_restore(&target, &error.to_string())?,
+        }
+    }
+    // Copy next to the target first, so the final step is one rename on one filesystem.
+    let staged = state_dir.join("scarab.redb.restoring");
+    let _ = std::fs::remove_file(&staged);
+    std::fs::copy(file, &staged).with_context(|| format!("copying {}", file.display()))?;
+    std::fs::File::open(&staged)?.sync_all()?;
+    let aside = if target.exists() {
+        let stamp = crate::clock::rfc3339(crate::clock::now()).replace(':', "");
+        let aside = state_dir.join(format!("scarab.redb.before-restore-{stamp}"));
+        std::fs::rename(&target, &aside)?;
+        Some(aside)
+    } else {
+        None
+    };
+    std::fs::rename(&staged, &target)?;
+    std::fs::File::open(state_dir)?.sync_all()?;
+    let rows: u64 = counts.iter().map(|(_, n)| n).sum();
+    println!(
+        "restored {} ({runs} runs, {rows} rows) into {}",
+        file.display(),
+        target.display()
+    );
+    if let Some(aside) = aside {
+        println!("the previous store is kept as {}", aside.display());
+    }
+    println!(
+        "on start, fences are raised above every attempt still on disk or in the cluster, and attempts this store does not know are stopped"
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn bail_restore(target: &Path, error: &str) -> anyhow::Result<()> {
+    anyhow::bail!(
+        "cannot open {} ({error}): stop the service before restoring",
+        target.display()
+    )
+}
+
+/// The packaged config file's place.
+pub const DEFAULT_CONFIG: &str = "/etc/scarab/scarab.toml";
+
+fn config_check(file: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let path = file
+        .or_else(|| std::env::var_os("SCARAB_CONFIG").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
+    let checked = crate::config::ConfigFile::load(&path).and_then(|config| {
+        config
+            .live(|name| std::env::var(name).ok())
+            .map(|live| (config, live))
+            .map_err(|message| crate::config::ConfigError::Invalid {
+                path: path.display().to_string(),
+                message,
+            })
+    });
+    match checked {
+        Ok((config, live)) => {
+            println!(
+                "{}: valid (state_dir {}, listen {}, {} webhook(s), {} token(s), auto-retry {})",
+                path.display(),
+                config
+                    .state_dir
+                    .as_ref()
+                    .map_or("unset".to_string(), |d| d.display().to_string()),
+                config.listen.as_deref().unwrap_or("127.0.0.1:7300"),
+                live.webhooks.len(),
+                live.tokens.len(),
+                if live.auto_retry.enabled { "on" } else { "off" }
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            Ok(ExitCode::from(2))
+        }
     }
 }
 
@@ -175,14 +332,22 @@ enum DlqCommand {
 enum Command {
     /// Run the service: HTTP API, engine and executors.
     Serve {
+        /// The state dir [file: state_dir].
         #[arg(long, env = "SCARAB_STATE_DIR")]
-        state_dir: PathBuf,
-        #[arg(long, env = "SCARAB_LISTEN", default_value = "127.0.0.1:7300")]
-        listen: String,
-        #[arg(long, value_enum, default_value_t = LogFormat::Human)]
-        log_format: LogFormat,
+        state_dir: Option<PathBuf>,
+        /// The API's address [default: 127.0.0.1:7300; file: listen].
+        #[arg(long, env = "SCARAB_LISTEN")]
+        listen: Option<String>,
+        /// Log format [default: auto; file: log.format].
+        #[arg(long, env = "SCARAB_LOG_FORMAT", value_enum)]
+        log_format: Option<LogFormat>,
         #[command(flatten)]
         engine: EngineArgs,
+    },
+    /// The configuration file.
+    Config {
+        #[command(subcommand)]
+        action: ConfigCommand,
     },
     /// Run one pipeline in-process to completion with live progress. Exits 0 if it
     /// succeeded, 1 if it failed or was dead-lettered, 2 for invalid input.
@@ -265,6 +430,21 @@ enum Command {
         action: DlqCommand,
         #[command(flatten)]
         client: ClientArgs,
+    },
+    /// Write a consistent snapshot of the running service's whole state to FILE (admin
+    /// token), fsynced and verified.
+    Backup {
+        #[arg(long)]
+        out: PathBuf,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Replace a stopped service's store with a backup: the file is validated, the old
+    /// store kept aside as scarab.redb.before-restore-TIME, and the swap is atomic.
+    Restore {
+        file: PathBuf,
+        #[arg(long, env = "SCARAB_STATE_DIR")]
+        state_dir: PathBuf,
     },
     /// Release a quarantined run: a fresh try of its failed steps, with new fences.
     Requeue {
@@ -370,12 +550,39 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             listen,
             log_format,
             engine,
-        } => serve::serve(&state_dir, &listen, log_format, engine.settings()?),
+        } => {
+            let file = engine.file()?;
+            let settings = engine.settings(&file)?;
+            let state_dir = state_dir.or(file.state_dir.clone()).context(
+                "no state dir: pass --state-dir (or SCARAB_STATE_DIR) or set state_dir in the config",
+            )?;
+            let listen = listen
+                .or(file.listen.clone())
+                .unwrap_or_else(|| "127.0.0.1:7300".to_string());
+            let log_format = log_format
+                .or(file.log.format.as_deref().and_then(LogFormat::parse))
+                .unwrap_or_default();
+            serve::serve(serve::Options {
+                state_dir,
+                listen,
+                log_format,
+                log_level: file.log.level.clone(),
+                shutdown_deadline: file
+                    .engine
+                    .shutdown_deadline
+                    .unwrap_or(Duration::from_secs(20)),
+                config: engine.config.clone(),
+                settings,
+            })
+        }
+        Command::Config {
+            action: ConfigCommand::Check { file },
+        } => config_check(file),
         Command::Run {
             file,
             state_dir,
             engine,
-        } => run(&file, &state_dir, engine.settings()?),
+        } => run(&file, &state_dir, engine.settings(&engine.file()?)?),
         Command::Validate { file } => validate(&file),
         Command::ExplainPod {
             file,
@@ -424,6 +631,8 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             client,
         } => client::logs(&client, &run, &step, &stream, attempt, follow),
         Command::Cancel { run, client } => client::cancel(&client, &run),
+        Command::Backup { out, client } => client::backup(&client, &out),
+        Command::Restore { file, state_dir } => restore(&file, &state_dir),
         Command::Requeue { run, client } => client::run_action(&client, &run, "requeue", None),
         Command::Discard {
             run,
@@ -546,7 +755,7 @@ fn run(file: &Path, state_dir: &Path, settings: Settings) -> anyhow::Result<Exit
     for warning in &outcome.warnings {
         eprintln!("warning: {warning}");
     }
-    serve::init_logging(LogFormat::Human, "warn");
+    serve::init_logging(LogFormat::Human, None, "warn");
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(run_in_process(
         state_dir,

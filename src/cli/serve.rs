@@ -6,71 +6,232 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use tokio::signal::unix::{SignalKind, signal};
 
 use super::LogFormat;
 use crate::api::{self, ApiState};
 use crate::service::{self, Settings, StateDir};
 
-pub fn init_logging(format: LogFormat, default_level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SCARAB_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Human => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
+/// Changes the log filter of a running process (SIGHUP).
+pub type LogReload =
+    tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>;
+
+/// `SCARAB_LOG` wins over the file's `log.level`, which wins over `default_level`.
+fn log_filter(file_level: Option<&str>, default_level: &str) -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_env("SCARAB_LOG")
+        .ok()
+        .or_else(|| file_level.and_then(|l| tracing_subscriber::EnvFilter::try_new(l).ok()))
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default_level))
 }
 
-pub fn serve(
-    state_dir: &Path,
-    listen: &str,
-    log_format: LogFormat,
-    settings: Settings,
-) -> anyhow::Result<ExitCode> {
-    init_logging(log_format, "info");
+/// Logs to stderr: human on a terminal, plain lines without timestamps or colours under
+/// systemd (journald stamps and stores them), JSON for collectors.
+pub fn init_logging(
+    format: LogFormat,
+    file_level: Option<&str>,
+    default_level: &str,
+) -> Option<LogReload> {
+    use std::io::IsTerminal;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let (filter, handle) =
+        tracing_subscriber::reload::Layer::new(log_filter(file_level, default_level));
+    let terminal = std::io::stderr().is_terminal();
+    let journald = std::env::var_os("JOURNAL_STREAM").is_some();
+    let registry = tracing_subscriber::registry().with(filter);
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let result = match format {
+        LogFormat::Json => registry.with(fmt.json()).try_init(),
+        LogFormat::Auto if journald && !terminal => registry
+            .with(fmt.without_time().with_ansi(false).with_target(false))
+            .try_init(),
+        LogFormat::Auto | LogFormat::Human => registry.with(fmt.with_ansi(terminal)).try_init(),
+    };
+    result.ok().map(|()| handle)
+}
+
+/// What `scarab serve` runs with.
+pub struct Options {
+    pub state_dir: std::path::PathBuf,
+    pub listen: String,
+    pub log_format: LogFormat,
+    pub log_level: Option<String>,
+    pub shutdown_deadline: std::time::Duration,
+    /// The config file, re-read on SIGHUP.
+    pub config: Option<std::path::PathBuf>,
+    pub settings: Settings,
+}
+
+pub fn serve(options: Options) -> anyhow::Result<ExitCode> {
+    let log = init_logging(options.log_format, options.log_level.as_deref(), "info");
+    let signals = forward_signals()?;
     let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(serve_async(state_dir, listen, settings))?;
+    runtime.block_on(serve_async(options, log, signals))?;
     Ok(ExitCode::SUCCESS)
 }
 
-async fn serve_async(state_dir: &Path, listen: &str, settings: Settings) -> anyhow::Result<()> {
-    let state_dir = StateDir::new(state_dir);
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Signal {
+    Stop,
+    Reload,
+}
+
+/// SIGTERM, SIGINT and SIGHUP through signal-hook, forwarded to the runtime.
+fn forward_signals() -> anyhow::Result<tokio::sync::mpsc::UnboundedReceiver<Signal>> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+        .context("installing signal handlers")?;
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for signal in signals.forever() {
+                let forwarded = if signal == SIGHUP {
+                    Signal::Reload
+                } else {
+                    Signal::Stop
+                };
+                if tx.send(forwarded).is_err() {
+                    return;
+                }
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(rx)
+}
+
+async fn serve_async(
+    options: Options,
+    log: Option<LogReload>,
+    mut signals: tokio::sync::mpsc::UnboundedReceiver<Signal>,
+) -> anyhow::Result<()> {
+    let state_dir = StateDir::new(&options.state_dir);
     std::fs::create_dir_all(&state_dir.root)
         .with_context(|| format!("creating {}", state_dir.root.display()))?;
     let admin_token = ensure_admin_token(&state_dir.admin_token())?;
     let step_key = ensure_admin_token(&state_dir.root.join("step-token.key"))?;
     // Bind before starting the engine: a taken port fails fast and changes nothing.
-    let listener = tokio::net::TcpListener::bind(listen)
+    let listener = tokio::net::TcpListener::bind(&options.listen)
         .await
-        .with_context(|| format!("listening on {listen}"))?;
-    let mut settings = settings;
+        .with_context(|| format!("listening on {}", options.listen))?;
+    let mut settings = options.settings;
     settings.step_tokens = Some(crate::service::tokens::StepTokens {
         key: step_key.into_bytes(),
         url: format!("http://{}", listener.local_addr()?),
     });
     let exe = std::env::current_exe().context("locating the scarab binary")?;
     let running = service::start(state_dir.clone(), settings, exe).await?;
+    let service = running.service.clone();
     let router = api::router(ApiState {
-        service: running.service.clone(),
+        service: service.clone(),
         admin_token: std::sync::Arc::new(admin_token),
     });
     tracing::info!(listen = %listener.local_addr()?, state_dir = %state_dir.root.display(), "scarab serving");
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            tokio::select! {
-                _ = terminate.recv() => {}
-                _ = interrupt.recv() => {}
+    // Recovery and re-adoption are done (`start` returns after them): tell systemd.
+    notify(&[sd_notify::NotifyState::Ready]);
+    watchdog(&service);
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let mut stop_tx = Some(stop_tx);
+    let config = options.config.clone();
+    let deadline = options.shutdown_deadline;
+    let server = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                let _ = stop_rx.await;
+            })
+            .await
+    });
+    while let Some(Signal::Reload) = signals.recv().await {
+        reload(config.as_deref(), &service, log.as_ref());
+    }
+    tracing::info!(deadline = ?deadline, "stopping: no new requests; running steps stay for re-adoption");
+    notify(&[sd_notify::NotifyState::Stopping]);
+    if let Some(stop) = stop_tx.take() {
+        let _ = stop.send(());
+    }
+    let orderly = async {
+        let _ = server.await;
+        running.stop().await;
+    };
+    tokio::select! {
+        () = orderly => {
+            tracing::info!("stopped");
+            Ok(())
+        }
+        () = tokio::time::sleep(deadline) => {
+            tracing::error!("shutdown deadline passed: exiting; committed state is safe, the next start recovers");
+            std::process::exit(1);
+        }
+        Some(_) = signals.recv() => {
+            tracing::warn!("second signal: exiting at once; committed state is safe, the next start recovers");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn notify(state: &[sd_notify::NotifyState]) {
+    if std::env::var_os("NOTIFY_SOCKET").is_some()
+        && let Err(error) = sd_notify::notify(state)
+    {
+        tracing::warn!(%error, "sd_notify failed");
+    }
+}
+
+/// When systemd asks for a watchdog, ping it at half the interval, but only while the
+/// engine's driver loop answers: a wedged driver stops the pings and systemd restarts us.
+fn watchdog(service: &service::Service) {
+    let Some(interval) = sd_notify::watchdog_enabled().filter(|d| !d.is_zero()) else {
+        return;
+    };
+    let period = interval / 2;
+    let service = service.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(period).await;
+            match tokio::time::timeout(period, service.ping()).await {
+                Ok(Ok(())) => notify(&[sd_notify::NotifyState::Watchdog]),
+                Ok(Err(_)) => return,
+                Err(_) => tracing::error!("watchdog: the engine did not answer in time"),
             }
-            tracing::info!("stopping: no new requests; running steps stay for re-adoption");
-        })
-        .await?;
-    running.stop().await;
-    Ok(())
+        }
+    });
+}
+
+/// SIGHUP: re-read the config file and replace webhooks, tokens, the log level and the
+/// auto-retry settings at once, or nothing at all when the new file is invalid.
+fn reload(path: Option<&Path>, service: &service::Service, log: Option<&LogReload>) {
+    notify(&[sd_notify::NotifyState::Reloading]);
+    let result = match path {
+        None => Err("no config file was given (--config); nothing to reload".to_string()),
+        Some(path) => crate::config::ConfigFile::load(path)
+            .map_err(|e| e.to_string())
+            .and_then(|file| {
+                let live = file
+                    .live(|name| std::env::var(name).ok())
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                Ok((file, live))
+            }),
+    };
+    match result {
+        Ok((file, live)) => {
+            if let Some(log) = log
+                && let Err(error) = log.reload(log_filter(file.log.level.as_deref(), "info"))
+            {
+                tracing::warn!(%error, "log level not reloaded");
+            }
+            tracing::info!(
+                webhooks = live.webhooks.len(),
+                tokens = live.tokens.len(),
+                auto_retry = live.auto_retry.enabled,
+                "configuration reloaded"
+            );
+            service.settings.replace_live(live);
+        }
+        Err(error) => {
+            tracing::error!(%error, "configuration reload rejected; the previous configuration stays");
+        }
+    }
+    notify(&[sd_notify::NotifyState::Ready]);
 }
 
 /// Reads a secret file (the admin token, the step-token key), creating it (mode 0600,

@@ -97,7 +97,7 @@ pub fn redelivery_delay(attempts: u32) -> Duration {
 
 pub async fn run<E: Executor>(
     store: Arc<Store>,
-    webhooks: Arc<Vec<WebhookConfig>>,
+    settings: Arc<super::Settings>,
     executor: E,
     outbox: Outbox,
     commands: mpsc::Sender<Command>,
@@ -132,11 +132,12 @@ pub async fn run<E: Executor>(
                 return;
             };
             let executor = executor.clone();
-            let webhooks = webhooks.clone();
+            // The webhooks as configured now: a reload applies to the next delivery.
+            let live = settings.live();
             let commands = commands.clone();
             let outbox = outbox.clone();
             tokio::spawn(async move {
-                let result = deliver(&executor, &webhooks, &message).await;
+                let result = deliver(&executor, &live.webhooks, &message).await;
                 outbox.record(executor_of(&message.payload), &result);
                 if let Err(error) = &result {
                     tracing::warn!(message = message.id, kind = message.payload.kind(), error = %error.error, "outbox delivery failed");

@@ -120,6 +120,7 @@ pub struct Driver<E: Executor> {
     runs: HashMap<RunId, Run>,
     fences: FenceCounter,
     next_timer: Option<Timestamp>,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// What one batch changed, to write once per run at its end.
@@ -184,6 +185,7 @@ impl<E: Executor> Driver<E> {
         settings: Arc<Settings>,
         executor: E,
         outbox: Outbox,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> Result<Driver<E>, StoreError> {
         let engine = Engine::new(settings.engine.clone());
         let mut driver = Driver {
@@ -195,6 +197,7 @@ impl<E: Executor> Driver<E> {
             runs: HashMap::new(),
             fences: FenceCounter::starting_at(1),
             next_timer: None,
+            metrics,
         };
         driver.reload().await?;
         Ok(driver)
@@ -335,6 +338,7 @@ impl<E: Executor> Driver<E> {
 
     async fn commit(&mut self, pending: Vec<Pending>) {
         let now = clock::now();
+        let started = std::time::Instant::now();
         let mut batch = Batch::default();
         let result = self.store.write().and_then(|mut tx| {
             self.fire_timers(&mut tx, now, &mut batch)?;
@@ -351,8 +355,16 @@ impl<E: Executor> Driver<E> {
             tx.commit()
         });
         match result {
-            Ok(()) => self.after_commit(batch),
-            Err(error) => self.after_failed_commit(batch, &error).await,
+            Ok(()) => {
+                self.metrics
+                    .commit_seconds
+                    .observe(started.elapsed().as_secs_f64());
+                self.after_commit(batch)
+            }
+            Err(error) => {
+                self.metrics.commit_failures.inc();
+                self.after_failed_commit(batch, &error).await
+            }
         }
     }
 
@@ -571,6 +583,9 @@ impl<E: Executor> Driver<E> {
                     self.decide(tx, run, &step, approve, by, caller, comment, now, batch)?;
                 batch.replies.push(Reply::Decide(reply, result));
             }
+            Command::Ping { reply } => {
+                let _ = reply.send(());
+            }
             Command::Sweep { candidates, reply } => {
                 let outcome = self.sweep(tx, candidates, now, batch)?;
                 batch.replies.push(Reply::Sweep(reply, outcome));
@@ -585,7 +600,7 @@ impl<E: Executor> Driver<E> {
                 reason,
                 reply,
             } => {
-                let result = self.run_action(tx, run, Input::Discard { by, reason }, now, batch)?;
+                let result = self.discard_run(tx, run, by, reason, now, batch)?;
                 batch.replies.push(Reply::RunAction(reply, result));
             }
             Command::Requeue { id, by, reply } => {
@@ -709,6 +724,39 @@ impl<E: Executor> Driver<E> {
             .map_err(|rejected| RunActionError::Rejected(rejected.to_string())))
     }
 
+    /// An operator discards a quarantined run; one whose pipeline no longer restores is
+    /// discarded at the header level (it could never run again anyway).
+    fn discard_run(
+        &mut self,
+        tx: &mut WriteTx,
+        id: RunId,
+        by: String,
+        reason: String,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<Result<(), RunActionError>, StoreError> {
+        if let Some(Err(_)) = self.load(id)? {
+            let Some(mut header) = self.store.read()?.run_header(id)? else {
+                return Ok(Err(RunActionError::NotFound(id)));
+            };
+            if header.state != RunState::Quarantined {
+                return Ok(Err(RunActionError::Rejected(format!(
+                    "run is {}, not quarantined",
+                    header.state.as_str()
+                ))));
+            }
+            header.auto_retry.discarded = Some(format!("discarded by {by}: {reason}"));
+            header.auto_retry.eligible_at = None;
+            let event = (
+                "quarantine_discarded",
+                serde_json::json!({"by": by, "reason": reason}),
+            );
+            self.move_header(tx, header, RunState::DeadLettered, event, now)?;
+            return Ok(Ok(()));
+        }
+        self.run_action(tx, id, Input::Discard { by, reason }, now, batch)
+    }
+
     /// An operator releases a quarantined run: a fresh try, counted like a resubmit.
     fn release(
         &mut self,
@@ -734,7 +782,7 @@ impl<E: Executor> Driver<E> {
             ))));
         }
         let attempts = self.runs[&id].header.auto_retry.attempts;
-        let next_at = now.plus(self.settings.auto_retry.backoff(attempts + 1));
+        let next_at = now.plus(self.settings.live().auto_retry.backoff(attempts + 1));
         self.run_action(tx, id, Input::Resubmit { by, next_at }, now, batch)
     }
 
@@ -750,7 +798,7 @@ impl<E: Executor> Driver<E> {
         batch: &mut Batch,
     ) -> Result<super::sweep::PassOutcome, StoreError> {
         use crate::engine::{Eligibility, SkipReason, eligibility};
-        let settings = self.settings.auto_retry.clone();
+        let settings = self.settings.live().auto_retry.clone();
         let mut outcome = super::sweep::PassOutcome {
             scanned: candidates.len(),
             ..Default::default()
@@ -826,19 +874,53 @@ impl<E: Executor> Driver<E> {
         if header.state != RunState::DeadLettered {
             return Ok(());
         }
-        let previous = (header.state, header.updated_at);
         let reason = format!("the stored pipeline cannot be restored: {error}");
         tracing::warn!(run = %id, %reason, "operator alert: run quarantined");
-        header.state = RunState::Quarantined;
-        header.updated_at = now;
         header.auto_retry.quarantined = Some(reason.clone());
+        let event = (
+            "auto_retry_quarantined",
+            serde_json::json!({"reason": reason}),
+        );
+        self.move_header(tx, header, RunState::Quarantined, event, now)
+    }
+
+    /// A state change written at the header level, for a run the engine cannot hold (its
+    /// pipeline no longer restores): the header, a `run_state` and one other history event,
+    /// and the retention timer of its new terminal state.
+    fn move_header(
+        &mut self,
+        tx: &mut WriteTx,
+        mut header: crate::engine::RunHeader,
+        to: RunState,
+        (kind, detail): (&str, serde_json::Value),
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let id = header.id;
+        let previous = (header.state, header.updated_at);
+        header.state = to;
+        header.updated_at = now;
         tx.put_run(&header, Some(previous))?;
-        let record = HistoryRecord {
-            at: now,
-            kind: "auto_retry_quarantined".into(),
-            detail: serde_json::json!({"reason": reason}).to_string(),
-        };
-        tx.append_history(id, &record)?;
+        for (kind, detail) in [
+            (
+                "run_state",
+                serde_json::json!({"from": previous.0.as_str(), "to": to.as_str()}),
+            ),
+            (kind, detail),
+        ] {
+            let record = HistoryRecord {
+                at: now,
+                kind: kind.into(),
+                detail: detail.to_string(),
+            };
+            tx.append_history(id, &record)?;
+        }
+        tx.insert_timer(TimerKey {
+            due: now.plus(self.settings.log_retention),
+            run: id,
+            step: 0,
+            kind: TimerKind::Retention,
+            fence: crate::engine::Fence(0),
+        })?;
         Ok(())
     }
 
@@ -1021,6 +1103,7 @@ impl<E: Executor> Driver<E> {
             } => Some((*run, usize::from(*step), *fence, false)),
             OutboxPayload::CleanUp { .. } | OutboxPayload::Webhook { .. } => None,
         };
+        self.metrics.dead_letters.inc();
         let letter = DeadLetter {
             message,
             dead_at: now,
@@ -1191,8 +1274,17 @@ impl<E: Executor> Driver<E> {
                 tracing::warn!(run = %id, limit = limits::HISTORY_EVENTS_PER_RUN_MAX, "history full: event not recorded");
             }
             match event {
-                crate::engine::Event::RunState { from, to } => state_changes.push((*from, *to)),
+                crate::engine::Event::RunState { from, to } => {
+                    self.metrics.run_entered(to.as_str());
+                    state_changes.push((*from, *to));
+                }
                 crate::engine::Event::GateOpened { step } => gates_opened.push(*step),
+                crate::engine::Event::AttemptFinished { class, .. } => self
+                    .metrics
+                    .attempt_finished(class.map_or("none", |c| c.as_str())),
+                crate::engine::Event::RetryScheduled { .. } => {
+                    self.metrics.retries.inc();
+                }
                 _ => {}
             }
         }
@@ -1283,7 +1375,7 @@ impl<E: Executor> Driver<E> {
         if to == RunState::DeadLettered {
             tracing::error!(run = %id, "operator alert: run dead-lettered");
         }
-        if self.settings.webhooks.is_empty() {
+        if self.settings.live().webhooks.is_empty() {
             return Ok(());
         }
         let Some(run) = self.runs.get(&id) else {
@@ -1317,7 +1409,7 @@ impl<E: Executor> Driver<E> {
             return Ok(());
         };
         tracing::info!(run = %id, step = %run.pipeline.steps[step].name, "gate waiting for a decision");
-        if self.settings.webhooks.is_empty() {
+        if self.settings.live().webhooks.is_empty() {
             return Ok(());
         }
         let event_id = webhooks::new_event_id();
@@ -1345,12 +1437,8 @@ impl<E: Executor> Driver<E> {
         now: Timestamp,
         batch: &mut Batch,
     ) -> Result<(), StoreError> {
-        for hook in self
-            .settings
-            .webhooks
-            .iter()
-            .filter(|h| h.events.contains(&kind))
-        {
+        let live = self.settings.live();
+        for hook in live.webhooks.iter().filter(|h| h.events.contains(&kind)) {
             let payload = OutboxPayload::Webhook {
                 run,
                 url: hook.url.clone(),
@@ -1402,10 +1490,11 @@ impl<E: Executor> Driver<E> {
                     tx.auto_retry_index_put(at, *id)?;
                 }
             }
-            let was_terminal = touched
-                .previous
-                .is_some_and(|(state, _)| state.is_terminal());
-            if run.header.state.is_terminal() && !was_terminal {
+            // Every arrival in a terminal state (also from another one: quarantined,
+            // discarded) starts the retention clock again; earlier timers find the run
+            // updated since and leave it.
+            let arrived = touched.previous.map(|(state, _)| state) != Some(run.header.state);
+            if run.header.state.is_terminal() && arrived {
                 tx.insert_timer(TimerKey {
                     due: now.plus(self.settings.log_retention),
                     run: *id,

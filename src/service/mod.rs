@@ -47,13 +47,24 @@ pub struct Settings {
     /// Per-attempt step tokens for the output API (`None` when there is no API, as in
     /// `scarab run`).
     pub step_tokens: Option<tokens::StepTokens>,
-    /// Where run events and operator alerts are POSTed.
-    pub webhooks: Vec<crate::config::WebhookConfig>,
+    /// What a SIGHUP replaces at once (webhooks, tokens, log level, auto-retry): read
+    /// through `live()` at each use, never cached across a batch boundary.
+    pub live: Arc<arc_swap::ArcSwap<crate::config::Live>>,
     /// The cluster for `executor: kubernetes` steps; `None`: such steps wait in the
     /// outbox as "executor unavailable".
     pub kubernetes: Option<KubernetesSettings>,
-    /// The auto-retry sweep (off by default).
-    pub auto_retry: crate::engine::AutoRetrySettings,
+}
+
+impl Settings {
+    /// The current reloadable settings.
+    pub fn live(&self) -> Arc<crate::config::Live> {
+        self.live.load_full()
+    }
+
+    /// Replaces the reloadable settings at once (SIGHUP).
+    pub fn replace_live(&self, live: crate::config::Live) {
+        self.live.store(Arc::new(live));
+    }
 }
 
 /// Where the Kubernetes executor finds its cluster.
@@ -74,9 +85,8 @@ impl Default for Settings {
             max_deliveries: 10,
             log_retention: Duration::from_secs(7 * 24 * 3600),
             kubernetes: None,
-            webhooks: Vec::new(),
             step_tokens: None,
-            auto_retry: crate::engine::AutoRetrySettings::default(),
+            live: Arc::default(),
         }
     }
 }
@@ -146,6 +156,8 @@ enum Command {
         by: String,
         reply: oneshot::Sender<Result<(), DlqError>>,
     },
+    /// Answered by the driver loop: proof it is alive (the systemd watchdog).
+    Ping { reply: oneshot::Sender<()> },
     /// One auto-retry pass over candidates read from the index.
     Sweep {
         candidates: Vec<(crate::engine::Timestamp, RunId)>,
@@ -208,6 +220,8 @@ pub struct Service {
     pub pod_logs: Option<kube::Api<k8s_openapi::api::core::v1::Pod>>,
     /// The auto-retry sweep's counters.
     pub sweep_stats: Arc<sweep::SweepStats>,
+    /// Prometheus metrics (`/metrics`).
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// The last forward-progress check and when it ran.
     progress: Arc<tokio::sync::Mutex<Option<(std::time::Instant, progress::ProgressReport)>>>,
 }
@@ -309,18 +323,20 @@ pub async fn start_with<E: Executor>(
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (ready_tx, ready_rx) = watch::channel(false);
     let outbox = dispatch::Outbox::new();
+    let metrics: Arc<crate::metrics::Metrics> = Arc::default();
 
     let driver = driver::Driver::recover(
         store.clone(),
         settings.clone(),
         executor.clone(),
         outbox.clone(),
+        metrics.clone(),
     )
     .await?;
     let driver = tokio::spawn(driver.run(commands_rx, reports_rx, shutdown_rx.clone(), ready_tx));
     let dispatcher = tokio::spawn(dispatch::run(
         store.clone(),
-        Arc::new(settings.webhooks.clone()),
+        settings.clone(),
         executor,
         outbox.clone(),
         commands_tx.clone(),
@@ -331,7 +347,7 @@ pub async fn start_with<E: Executor>(
         store.clone(),
         commands_tx.clone(),
         settings.clone(),
-        sweep_stats.clone(),
+        (sweep_stats.clone(), metrics.clone()),
         shutdown_rx.clone(),
     ));
     let service = Service {
@@ -344,6 +360,7 @@ pub async fn start_with<E: Executor>(
         pod_logs: None,
         progress: Arc::default(),
         sweep_stats,
+        metrics,
     };
     service.wait_ready().await;
     Ok(Running {
@@ -385,6 +402,38 @@ impl Service {
             .map_err(|e| StoreError::Corrupt(format!("progress check panicked: {e}")))??;
         *last = Some((std::time::Instant::now(), report.clone()));
         Ok(report)
+    }
+
+    /// The metrics in Prometheus text format, with the stored-state gauges read now.
+    pub fn metrics_text(&self) -> Result<String, StoreError> {
+        let read = self.store.read()?;
+        let m = &self.metrics;
+        for (state, count) in read.run_counts()? {
+            m.runs
+                .get_or_create(&crate::metrics::StateLabel {
+                    state: state.as_str().to_string(),
+                })
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
+        m.outbox_depth
+            .set(i64::try_from(read.outbox_depth()?).unwrap_or(i64::MAX));
+        m.dead_letter_queue
+            .set(i64::try_from(read.dead_letter_count()?).unwrap_or(i64::MAX));
+        let age = read.oldest_outbox_created()?.map_or(0, |created| {
+            crate::clock::now().0.saturating_sub(created.0) / 1000
+        });
+        m.outbox_oldest_age
+            .set(i64::try_from(age).unwrap_or(i64::MAX));
+        for (name, error) in self.executor_availability() {
+            m.executor_available
+                .get_or_create(&crate::metrics::ExecutorLabel {
+                    executor: name.to_string(),
+                })
+                .set(i64::from(error.is_none()));
+        }
+        m.ready.set(i64::from(self.is_ready()));
+        m.encode()
+            .map_err(|_| StoreError::Corrupt("encoding metrics failed".into()))
     }
 
     pub fn is_ready(&self) -> bool {
@@ -492,6 +541,16 @@ impl Service {
         answer.await.map_err(|_| DecideError::ShuttingDown)?
     }
 
+    /// Answers once the driver loop has taken this command: it is not wedged.
+    pub async fn ping(&self) -> Result<(), ShuttingDown> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::Ping { reply })
+            .await
+            .map_err(|_| ShuttingDown)?;
+        answer.await.map_err(|_| ShuttingDown)
+    }
+
     /// Releases a quarantined run for a fresh try.
     pub async fn release(&self, run: RunId, by: String) -> Result<(), RunActionError> {
         let (reply, answer) = oneshot::channel();
@@ -525,8 +584,9 @@ impl Service {
     /// One auto-retry pass now, whether or not the sweep is enabled (the periodic task
     /// checks that).
     pub async fn sweep_pass(&self) -> Result<sweep::PassOutcome, StoreError> {
-        let settings = self.settings.auto_retry.clone();
-        sweep::pass(&self.store, &self.commands, &settings, &self.sweep_stats).await
+        let settings = self.settings.live().auto_retry.clone();
+        let stats = (self.sweep_stats.clone(), self.metrics.clone());
+        sweep::pass(&self.store, &self.commands, &settings, &stats).await
     }
 
     pub async fn cancel(&self, run: RunId, by: String) -> Result<(), CancelError> {

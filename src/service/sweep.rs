@@ -67,12 +67,18 @@ impl SweepStats {
     }
 }
 
+/// Where a pass's outcome is counted.
+pub(super) type Stats = (
+    std::sync::Arc<SweepStats>,
+    std::sync::Arc<crate::metrics::Metrics>,
+);
+
 /// One pass: read the due candidates, let the driver act on them, log one summary line.
 pub(super) async fn pass(
     store: &Store,
     commands: &mpsc::Sender<Command>,
     settings: &AutoRetrySettings,
-    stats: &SweepStats,
+    (stats, metrics): &Stats,
 ) -> Result<PassOutcome, StoreError> {
     let started = Instant::now();
     let now = crate::clock::now();
@@ -86,6 +92,20 @@ pub(super) async fn pass(
     let mut outcome = answer.await.map_err(|_| shutting_down())?;
     outcome.duration = started.elapsed();
     stats.record(&outcome);
+    metrics.sweep_passes.inc();
+    metrics.sweep_scheduled.inc_by(outcome.resubmitted as u64);
+    metrics.sweep_quarantined.inc_by(outcome.quarantined as u64);
+    for (reason, count) in &outcome.skipped {
+        metrics
+            .sweep_skipped
+            .get_or_create(&crate::metrics::ReasonLabel {
+                reason: reason.to_string(),
+            })
+            .inc_by(*count as u64);
+    }
+    metrics
+        .sweep_pass_seconds
+        .observe(outcome.duration.as_secs_f64());
     tracing::info!(
         scanned = outcome.scanned,
         eligible = outcome.eligible,
@@ -104,11 +124,11 @@ pub(super) async fn run(
     store: std::sync::Arc<Store>,
     commands: mpsc::Sender<Command>,
     settings: std::sync::Arc<super::Settings>,
-    stats: std::sync::Arc<SweepStats>,
+    stats: Stats,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
-        let settings = settings.auto_retry.clone();
+        let settings = settings.live().auto_retry.clone();
         tokio::select! {
             _ = shutdown.changed() => return,
             _ = tokio::time::sleep(settings.interval) => {}

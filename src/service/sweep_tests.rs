@@ -20,10 +20,11 @@ async fn service(
     auto_retry: AutoRetrySettings,
 ) -> (Running, Arc<AtomicBool>) {
     let pullable = Arc::new(AtomicBool::new(false));
-    let mut settings = Settings {
+    let mut settings = Settings::default();
+    settings.replace_live(crate::config::Live {
         auto_retry,
-        ..Settings::default()
-    };
+        ..Default::default()
+    });
     settings.engine.infra_retries = 0;
     let flag = pullable.clone();
     let running = start_with(StateDir::new(dir), settings, move |reports| {

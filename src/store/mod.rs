@@ -107,6 +107,45 @@ impl Store {
         Ok(store)
     }
 
+    /// Writes a consistent snapshot of every table into a new store file at `dest` (which
+    /// must not exist), from one read transaction: writers go on meanwhile and nothing of
+    /// theirs after that transaction began is in the copy. The copy is committed durably
+    /// (fsynced) before this returns, and its row counts are returned for verification.
+    pub fn backup_to(&self, dest: &Path) -> Result<TableCounts, StoreError> {
+        if dest.exists() {
+            return Err(StoreError::Corrupt(format!(
+                "{} already exists",
+                dest.display()
+            )));
+        }
+        let read = self.db.begin_read()?;
+        let copy = Database::builder()
+            .set_cache_size(crate::limits::STORE_CACHE_BYTES)
+            .create(dest)?;
+        let mut write = copy.begin_write()?;
+        write.set_durability(redb::Durability::Immediate)?;
+        let counts = copy_tables(&read, &write)?;
+        write.commit()?;
+        drop(copy);
+        std::fs::File::open(dest)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| StoreError::Corrupt(format!("syncing {}: {e}", dest.display())))?;
+        Ok(counts)
+    }
+
+    /// Row counts of every table, from one read transaction.
+    pub fn table_counts(&self) -> Result<TableCounts, StoreError> {
+        let read = self.db.begin_read()?;
+        count_tables(&read)
+    }
+
+    /// The names of the tables in the file.
+    pub fn table_names(&self) -> Result<Vec<String>, StoreError> {
+        use redb::TableHandle;
+        let read = self.db.begin_read()?;
+        Ok(read.list_tables()?.map(|t| t.name().to_string()).collect())
+    }
+
     fn initialize(&self) -> Result<(), StoreError> {
         let mut tx = self.write()?;
         {
@@ -214,6 +253,19 @@ impl WriteTx {
             by_state.remove((state.code(), updated.0, header.id.0))?;
         }
         by_state.insert((header.state.code(), header.updated_at.0, header.id.0), ())?;
+        drop(by_state);
+        // Runs per state, kept in the same transaction (for /metrics, without a scan).
+        let from = previous.map(|(state, _)| state);
+        if from != Some(header.state) {
+            if let Some(from) = from {
+                let key = state_count_key(from);
+                let count = self.meta(&key)?.unwrap_or(0);
+                self.set_meta(&key, count.saturating_sub(1))?;
+            }
+            let key = state_count_key(header.state);
+            let count = self.meta(&key)?.unwrap_or(0);
+            self.set_meta(&key, count + 1)?;
+        }
         self.inner
             .open_table(RUNS)?
             .insert(header.id.0, codec::encode(header)?.as_slice())?;
@@ -621,6 +673,35 @@ impl ReadTx {
         Ok(due.first()?.map(|(k, _)| Timestamp(k.value().0)))
     }
 
+    /// How many runs are in each state (kept by `put_run`).
+    pub fn run_counts(&self) -> Result<Vec<(RunState, u64)>, StoreError> {
+        let table = self.inner.open_table(META)?;
+        let mut counts = Vec::new();
+        for state in RunState::ALL {
+            let count = table
+                .get(state_count_key(state).as_str())?
+                .map_or(0, |v| v.value());
+            counts.push((state, count));
+        }
+        Ok(counts)
+    }
+
+    /// The creation time of the oldest undelivered outbox message (ids only grow).
+    pub fn oldest_outbox_created(&self) -> Result<Option<Timestamp>, StoreError> {
+        let outbox = self.inner.open_table(OUTBOX)?;
+        match outbox.first()? {
+            Some((_, value)) => {
+                let message: OutboxMessage = codec::decode(value.value())?;
+                Ok(Some(message.created_at))
+            }
+            None => Ok(None),
+        }
+    }
+
+    pub fn dead_letter_count(&self) -> Result<u64, StoreError> {
+        Ok(self.inner.open_table(DEAD_LETTERS)?.len()?)
+    }
+
     pub fn outbox_depth(&self) -> Result<u64, StoreError> {
         Ok(self.inner.open_table(OUTBOX)?.len()?)
     }
@@ -677,6 +758,97 @@ impl ReadTx {
         }
         Ok(keys)
     }
+}
+
+/// Rows per table, by table name.
+pub type TableCounts = Vec<(String, u64)>;
+
+/// What a backup file holds, read without changing it: its row counts and decoded run
+/// headers. Refuses a file that is not a Scarab store this build can read.
+pub fn verify_file(path: &Path) -> Result<(TableCounts, u64), StoreError> {
+    use redb::ReadableDatabase;
+    let db = redb::ReadOnlyDatabase::open(path)?;
+    let read = db.begin_read()?;
+    let version = read
+        .open_table(META)?
+        .get(META_SCHEMA_VERSION)?
+        .map(|v| v.value())
+        .ok_or_else(|| StoreError::Corrupt("not a Scarab store: no schema version".into()))?;
+    if version > u64::from(SCHEMA_VERSION) {
+        return Err(StoreError::SchemaTooNew { found: version });
+    }
+    let counts = count_tables(&read)?;
+    let mut runs = 0;
+    for entry in read.open_table(RUNS)?.iter()? {
+        let (_, value) = entry?;
+        let _: RunHeader = codec::decode(value.value())?;
+        runs += 1;
+    }
+    Ok((counts, runs))
+}
+
+fn copy_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    read: &redb::ReadTransaction,
+    write: &redb::WriteTransaction,
+    definition: TableDefinition<K, V>,
+) -> Result<(String, u64), StoreError> {
+    use redb::TableHandle;
+    let source = read.open_table(definition)?;
+    let mut target = write.open_table(definition)?;
+    let mut rows = 0;
+    for entry in source.iter()? {
+        let (key, value) = entry?;
+        target.insert(key.value(), value.value())?;
+        rows += 1;
+    }
+    Ok((definition.name().to_string(), rows))
+}
+
+fn count_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    read: &redb::ReadTransaction,
+    definition: TableDefinition<K, V>,
+) -> Result<(String, u64), StoreError> {
+    use redb::TableHandle;
+    Ok((
+        definition.name().to_string(),
+        read.open_table(definition)?.len()?,
+    ))
+}
+
+macro_rules! for_each_table {
+    ($f:ident, $($arg:expr),*) => {
+        vec![
+            $f($($arg,)* META)?,
+            $f($($arg,)* RUNS)?,
+            $f($($arg,)* PIPELINES)?,
+            $f($($arg,)* STEPS)?,
+            $f($($arg,)* ATTEMPTS)?,
+            $f($($arg,)* INFLIGHT)?,
+            $f($($arg,)* RUNS_BY_STATE)?,
+            $f($($arg,)* TIMERS)?,
+            $f($($arg,)* OUTBOX)?,
+            $f($($arg,)* OUTBOX_DUE)?,
+            $f($($arg,)* HISTORY)?,
+            $f($($arg,)* DEAD_LETTERS)?,
+            $f($($arg,)* AUTO_RETRY_DUE)?,
+            $f($($arg,)* IDEMPOTENCY)?,
+        ]
+    };
+}
+
+fn copy_tables(
+    read: &redb::ReadTransaction,
+    write: &redb::WriteTransaction,
+) -> Result<TableCounts, StoreError> {
+    Ok(for_each_table!(copy_table, read, write))
+}
+
+fn count_tables(read: &redb::ReadTransaction) -> Result<TableCounts, StoreError> {
+    Ok(for_each_table!(count_table, read))
+}
+
+fn state_count_key(state: RunState) -> String {
+    format!("runs_in_state:{}", state.as_str())
 }
 
 fn step_key(step: usize) -> Result<u16, StoreError> {

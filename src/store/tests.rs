@@ -218,3 +218,41 @@ fn a_store_from_a_newer_schema_is_refused() {
         Err(StoreError::SchemaTooNew { .. })
     ));
 }
+
+#[test]
+fn a_backup_copies_every_table_and_reopens_with_the_same_rows() {
+    let (dir, store) = store();
+    let source = PipelineSource {
+        format: SourceFormat::Yaml,
+        text: "name: p".into(),
+    };
+    let mut tx = store.write().expect("write");
+    tx.put_pipeline(RunId(5), &source).expect("pipeline");
+    tx.put_run(&header(5, RunState::Running, 10), None)
+        .expect("run");
+    tx.put_step(RunId(5), 0, &StepProgress::in_state(StepState::Active))
+        .expect("step");
+    tx.put_attempt(RunId(5), 0, &attempt(1, 7, false))
+        .expect("attempt");
+    tx.set_fence_next(8).expect("fence");
+    tx.commit().expect("commit");
+    let dest = dir.path().join("backup.redb");
+    let counts = store.backup_to(&dest).expect("backup");
+    // Every table of the live file is in the copy (a new table must join the list).
+    let names = store.table_names().expect("names");
+    for name in &names {
+        assert!(
+            counts.iter().any(|(t, _)| t == name),
+            "{name} not backed up"
+        );
+    }
+    assert!(store.backup_to(&dest).is_err(), "never overwrites");
+    assert_eq!(verify_file(&dest).expect("verify"), (counts.clone(), 1));
+    assert_eq!(store.table_counts().expect("counts"), counts);
+    let copy = Store::open(&dest).expect("reopen");
+    assert_eq!(copy.read().expect("read").fence_next().expect("fence"), 8);
+    // Not a store: refused.
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, b"not a database").expect("write");
+    assert!(verify_file(&junk).is_err());
+}

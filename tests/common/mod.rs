@@ -104,6 +104,36 @@ impl Server {
         }
     }
 
+    /// Sends `signal` to the service process.
+    pub fn signal(&self, signal: i32) {
+        if let Some(child) = &self.child {
+            unsafe {
+                libc::kill(child.id() as i32, signal);
+            }
+        }
+    }
+
+    /// The service's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.state_dir.with_extension("log")).unwrap_or_default()
+    }
+
+    /// Waits up to `within` for the process to exit; its code, or `None` if it did not.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+        let deadline = Instant::now() + within;
+        loop {
+            let child = self.child.as_mut()?;
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return status.code();
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// SIGTERM and wait for a clean exit; returns the exit status code.
     pub fn terminate(&mut self) -> Option<i32> {
         let mut child = self.child.take()?;

@@ -1,0 +1,200 @@
+//! Prometheus metrics (`GET /metrics`, text exposition format). Counters and the commit
+//! histogram live here and are bumped by the driver; gauges about stored state (runs by
+//! state, outbox depth and age, dead letters) are read from the store at scrape time,
+//! through counters and indexes kept in the same transactions, never a scan.
+
+use std::sync::Mutex;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateLabel {
+    pub state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassLabel {
+    /// A failure class, or `none` (succeeded, or stopped by a cancel or the budget).
+    pub class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExecutorLabel {
+    pub executor: String,
+}
+
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    pub runs: Family<StateLabel, Gauge>,
+    pub run_transitions: Family<StateLabel, Counter>,
+    pub attempts: Family<ClassLabel, Counter>,
+    pub retries: Counter,
+    pub dead_letters: Counter,
+    pub dead_letter_queue: Gauge,
+    pub outbox_depth: Gauge,
+    pub outbox_oldest_age: Gauge,
+    pub commit_seconds: Histogram,
+    pub commit_failures: Counter,
+    pub sweep_passes: Counter,
+    pub sweep_scheduled: Counter,
+    pub sweep_quarantined: Counter,
+    pub sweep_skipped: Family<ReasonLabel, Counter>,
+    pub sweep_pass_seconds: Histogram,
+    pub executor_available: Family<ExecutorLabel, Gauge>,
+    pub ready: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("scarab");
+        let metrics = Metrics {
+            registry: Mutex::new(Registry::default()),
+            runs: Family::default(),
+            run_transitions: Family::default(),
+            attempts: Family::default(),
+            retries: Counter::default(),
+            dead_letters: Counter::default(),
+            dead_letter_queue: Gauge::default(),
+            outbox_depth: Gauge::default(),
+            outbox_oldest_age: Gauge::default(),
+            // 100 µs .. ~3.3 s: a commit is an fsync or a few.
+            commit_seconds: Histogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(0.0001, 2.0, 16),
+            ),
+            commit_failures: Counter::default(),
+            sweep_passes: Counter::default(),
+            sweep_scheduled: Counter::default(),
+            sweep_quarantined: Counter::default(),
+            sweep_skipped: Family::default(),
+            sweep_pass_seconds: Histogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(0.0005, 2.0, 14),
+            ),
+            executor_available: Family::default(),
+            ready: Gauge::default(),
+        };
+        registry.register("runs", "Runs by state", metrics.runs.clone());
+        registry.register(
+            "run_state_changes",
+            "Run state changes, by the state entered",
+            metrics.run_transitions.clone(),
+        );
+        registry.register(
+            "attempts_finished",
+            "Finished attempts by failure class (none: succeeded or stopped)",
+            metrics.attempts.clone(),
+        );
+        registry.register("retries", "Retries scheduled", metrics.retries.clone());
+        registry.register(
+            "outbox_dead_letters",
+            "Outbox messages dead-lettered",
+            metrics.dead_letters.clone(),
+        );
+        registry.register(
+            "dead_letter_queue_depth",
+            "Messages in the dead-letter queue",
+            metrics.dead_letter_queue.clone(),
+        );
+        registry.register(
+            "outbox_depth",
+            "Outbox messages not yet delivered",
+            metrics.outbox_depth.clone(),
+        );
+        registry.register_with_unit(
+            "outbox_oldest_message_age",
+            "Age of the oldest undelivered outbox message",
+            prometheus_client::registry::Unit::Seconds,
+            metrics.outbox_oldest_age.clone(),
+        );
+        registry.register_with_unit(
+            "commit_duration",
+            "Durable write transactions (group commits), from open to fsync",
+            prometheus_client::registry::Unit::Seconds,
+            metrics.commit_seconds.clone(),
+        );
+        registry.register(
+            "commit_failures",
+            "Write transactions that failed (state reloaded from the store)",
+            metrics.commit_failures.clone(),
+        );
+        registry.register(
+            "auto_retry_passes",
+            "Auto-retry sweep passes",
+            metrics.sweep_passes.clone(),
+        );
+        registry.register(
+            "auto_retry_scheduled",
+            "Runs resubmitted by the auto-retry sweep",
+            metrics.sweep_scheduled.clone(),
+        );
+        registry.register(
+            "auto_retry_quarantined",
+            "Runs quarantined by the auto-retry sweep",
+            metrics.sweep_quarantined.clone(),
+        );
+        registry.register(
+            "auto_retry_skipped",
+            "Candidates the auto-retry sweep skipped, by reason",
+            metrics.sweep_skipped.clone(),
+        );
+        registry.register_with_unit(
+            "auto_retry_pass_duration",
+            "Auto-retry sweep pass duration",
+            prometheus_client::registry::Unit::Seconds,
+            metrics.sweep_pass_seconds.clone(),
+        );
+        registry.register(
+            "executor_available",
+            "1 if the executor's last delivery succeeded (or it was not used yet), else 0",
+            metrics.executor_available.clone(),
+        );
+        registry.register(
+            "ready",
+            "1 once recovery and re-adoption are done",
+            metrics.ready.clone(),
+        );
+        if let Ok(mut slot) = metrics.registry.lock() {
+            *slot = registry;
+        }
+        metrics
+    }
+
+    pub fn attempt_finished(&self, class: &str) {
+        self.attempts
+            .get_or_create(&ClassLabel {
+                class: class.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn run_entered(&self, state: &str) {
+        self.run_transitions
+            .get_or_create(&StateLabel {
+                state: state.to_string(),
+            })
+            .inc();
+    }
+
+    /// The text exposition (OpenMetrics text, which Prometheus scrapes).
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut text = String::new();
+        let registry = self.registry.lock().map_err(|_| std::fmt::Error)?;
+        prometheus_client::encoding::text::encode(&mut text, &registry)?;
+        Ok(text)
+    }
+}
