@@ -178,7 +178,7 @@ fn a_step_token_reaches_only_its_own_steps_outputs() {
         std::thread::sleep(Duration::from_millis(20));
     };
     let put = |step: &str| {
-        let mut response = common::agent()
+        let response = common::agent()
             .put(format!("{}/v1/runs/{id}/steps/{step}/outputs", server.url))
             .header("Authorization", format!("Bearer {token}"))
             .header("Content-Type", "application/json")
