@@ -520,3 +520,65 @@ fn restoring_an_older_backup_mints_no_fence_twice_and_stops_the_newer_lineage() 
         fences(&run, 0)[0]
     );
 }
+
+/// Type=notify for real: READY=1 only once the service answers /readyz, WATCHDOG=1 pings
+/// while the engine loop answers, STOPPING=1 on SIGTERM; JSON logs with --log-format json.
+#[test]
+fn systemd_notify_readiness_watchdog_and_json_logs() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).expect("bind notify socket");
+    socket
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let state = dir.path().join("state");
+    let log_path = dir.path().join("serve.log");
+    let mut child = Command::new(BIN)
+        .args(["serve", "--log-format", "json", "--listen", &format!("127.0.0.1:{port}")])
+        .arg("--state-dir")
+        .arg(&state)
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("WATCHDOG_USEC", "400000")
+        .env("SCARAB_LOG", "info")
+        .stderr(std::fs::File::create(&log_path).expect("log"))
+        .spawn()
+        .expect("spawn");
+    let mut buffer = [0u8; 512];
+    let mut received = |what: &str| -> String {
+        loop {
+            let n = socket
+                .recv(&mut buffer)
+                .unwrap_or_else(|e| panic!("no {what} from the service: {e}"));
+            let text = String::from_utf8_lossy(&buffer[..n]).to_string();
+            if text.contains(what) {
+                return text;
+            }
+        }
+    };
+    received("READY=1");
+    // Ready means ready: the API answers at once.
+    let ready = common::agent()
+        .get(format!("http://127.0.0.1:{port}/readyz"))
+        .call()
+        .expect("readyz");
+    assert_eq!(ready.status().as_u16(), 200);
+    received("WATCHDOG=1");
+    received("WATCHDOG=1");
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    received("STOPPING=1");
+    assert_eq!(child.wait().expect("wait").code(), Some(0));
+    let log = std::fs::read_to_string(&log_path).expect("log");
+    assert!(!log.is_empty());
+    for line in log.lines() {
+        let parsed: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        assert!(parsed["level"].is_string(), "{line}");
+    }
+}
