@@ -433,7 +433,7 @@ impl ConfigFile {
         range(
             "engine.log_retention",
             e.log_retention,
-            secs(60),
+            secs(1),
             secs(3650 * 86400),
         )?;
         range(

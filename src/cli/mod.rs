@@ -198,8 +198,48 @@ impl EngineArgs {
                 delete_grace: Duration::from_secs(30),
             });
         }
+        check_bounds(&settings)?;
         Ok(settings)
     }
+}
+
+/// The same bounds the config file's keys have, for values that came from flags or
+/// their variables.
+fn check_bounds(settings: &Settings) -> anyhow::Result<()> {
+    let check = |name: &str, value: Duration, min: Duration, max: Duration| {
+        anyhow::ensure!(
+            (min..=max).contains(&value),
+            "{name}: must be between {} and {}",
+            humantime::format_duration(min),
+            humantime::format_duration(max)
+        );
+        Ok(())
+    };
+    let secs = Duration::from_secs;
+    check(
+        "--default-step-timeout (engine.default_step_timeout)",
+        settings.engine.default_step_timeout,
+        crate::limits::STEP_TIMEOUT_MIN,
+        crate::limits::STEP_TIMEOUT_MAX,
+    )?;
+    check("--kill-grace (engine.kill_grace)", settings.kill_grace, secs(0), secs(600))?;
+    check(
+        "--log-retention (engine.log_retention)",
+        settings.log_retention,
+        secs(1),
+        secs(3650 * 86400),
+    )?;
+    if let Some(kube) = &settings.kubernetes {
+        for (name, value) in [
+            ("--kube-grace-image-pull", kube.grace.image_pull),
+            ("--kube-grace-config", kube.grace.config),
+            ("--kube-grace-unschedulable", kube.grace.unschedulable),
+            ("--kube-grace-pending", kube.grace.pending),
+        ] {
+            check(name, value, secs(1), secs(7 * 86400))?;
+        }
+    }
+    Ok(())
 }
 
 #[derive(Subcommand)]

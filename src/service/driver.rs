@@ -170,6 +170,15 @@ struct Batch {
     new_messages: usize,
     /// Launches whose confirmation this batch records.
     recorded_launches: Vec<crate::engine::Fence>,
+    /// Metric increments, applied only once the batch is committed.
+    counts: Vec<Count>,
+}
+
+enum Count {
+    RunEntered(RunState),
+    AttemptFinished(&'static str),
+    Retry,
+    DeadLetter,
 }
 
 enum Pending {
@@ -369,6 +378,18 @@ impl<E: Executor> Driver<E> {
     }
 
     fn after_commit(&mut self, batch: Batch) {
+        for count in &batch.counts {
+            match count {
+                Count::RunEntered(state) => self.metrics.run_entered(state.as_str()),
+                Count::AttemptFinished(class) => self.metrics.attempt_finished(class),
+                Count::Retry => {
+                    self.metrics.retries.inc();
+                }
+                Count::DeadLetter => {
+                    self.metrics.dead_letters.inc();
+                }
+            }
+        }
         for reply in batch.replies {
             match reply {
                 Reply::Submit(to, submitted) => {
@@ -1103,7 +1124,7 @@ impl<E: Executor> Driver<E> {
             } => Some((*run, usize::from(*step), *fence, false)),
             OutboxPayload::CleanUp { .. } | OutboxPayload::Webhook { .. } => None,
         };
-        self.metrics.dead_letters.inc();
+        batch.counts.push(Count::DeadLetter);
         let letter = DeadLetter {
             message,
             dead_at: now,
@@ -1275,16 +1296,14 @@ impl<E: Executor> Driver<E> {
             }
             match event {
                 crate::engine::Event::RunState { from, to } => {
-                    self.metrics.run_entered(to.as_str());
+                    batch.counts.push(Count::RunEntered(*to));
                     state_changes.push((*from, *to));
                 }
                 crate::engine::Event::GateOpened { step } => gates_opened.push(*step),
-                crate::engine::Event::AttemptFinished { class, .. } => self
-                    .metrics
-                    .attempt_finished(class.map_or("none", |c| c.as_str())),
-                crate::engine::Event::RetryScheduled { .. } => {
-                    self.metrics.retries.inc();
-                }
+                crate::engine::Event::AttemptFinished { class, .. } => batch.counts.push(
+                    Count::AttemptFinished(class.map_or("none", |c| c.as_str())),
+                ),
+                crate::engine::Event::RetryScheduled { .. } => batch.counts.push(Count::Retry),
                 _ => {}
             }
         }

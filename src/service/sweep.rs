@@ -67,6 +67,10 @@ impl SweepStats {
     }
 }
 
+fn settings_now(settings: &super::Settings) -> AutoRetrySettings {
+    settings.live().auto_retry.clone()
+}
+
 /// Where a pass's outcome is counted.
 pub(super) type Stats = (
     std::sync::Arc<SweepStats>,
@@ -127,12 +131,15 @@ pub(super) async fn run(
     stats: Stats,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let settings_source = settings;
     loop {
-        let settings = settings.live().auto_retry.clone();
+        let settings = settings_now(&settings_source);
         tokio::select! {
             _ = shutdown.changed() => return,
             _ = tokio::time::sleep(settings.interval) => {}
         }
+        // Read again after the sleep: a reload that turned the sweep off holds at once.
+        let settings = settings_now(&settings_source);
         if !settings.enabled {
             continue;
         }

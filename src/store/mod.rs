@@ -56,6 +56,8 @@ const AUTO_RETRY_DUE: TableDefinition<(u64, u128), ()> = TableDefinition::new("a
 const IDEMPOTENCY: TableDefinition<&str, u128> = TableDefinition::new("idempotency_keys");
 
 const META_SCHEMA_VERSION: &str = "schema_version";
+/// Set once the runs-per-state counters are kept (they are then exact).
+const META_RUN_COUNTS: &str = "run_counts_kept";
 const META_FENCE_NEXT: &str = "fence_next";
 const META_OUTBOX_NEXT: &str = "outbox_next";
 
@@ -163,6 +165,18 @@ impl Store {
             t.open_table(IDEMPOTENCY)?;
             t.open_table(DEAD_LETTERS)?;
             t.open_table(AUTO_RETRY_DUE)?;
+        }
+        // Runs-per-state counters, counted once for a store written before they existed.
+        if tx.meta(META_RUN_COUNTS)?.is_none() {
+            for state in RunState::ALL {
+                let count = {
+                    let by_state = tx.inner.open_table(RUNS_BY_STATE)?;
+                    let range = by_state.range((state.code(), 0, 0)..=(state.code(), u64::MAX, u128::MAX))?;
+                    range.count() as u64
+                };
+                tx.set_meta(&state_count_key(state), count)?;
+            }
+            tx.set_meta(META_RUN_COUNTS, 1)?;
         }
         let found = tx.meta(META_SCHEMA_VERSION)?;
         match found {
