@@ -539,7 +539,13 @@ fn systemd_notify_readiness_watchdog_and_json_logs() {
     let state = dir.path().join("state");
     let log_path = dir.path().join("serve.log");
     let mut child = Command::new(BIN)
-        .args(["serve", "--log-format", "json", "--listen", &format!("127.0.0.1:{port}")])
+        .args([
+            "serve",
+            "--log-format",
+            "json",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
         .arg("--state-dir")
         .arg(&state)
         .env("NOTIFY_SOCKET", &socket_path)

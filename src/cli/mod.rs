@@ -222,7 +222,12 @@ fn check_bounds(settings: &Settings) -> anyhow::Result<()> {
         crate::limits::STEP_TIMEOUT_MIN,
         crate::limits::STEP_TIMEOUT_MAX,
     )?;
-    check("--kill-grace (engine.kill_grace)", settings.kill_grace, secs(0), secs(600))?;
+    check(
+        "--kill-grace (engine.kill_grace)",
+        settings.kill_grace,
+        secs(0),
+        secs(600),
+    )?;
     check(
         "--log-retention (engine.log_retention)",
         settings.log_retention,

@@ -1300,9 +1300,9 @@ impl<E: Executor> Driver<E> {
                     state_changes.push((*from, *to));
                 }
                 crate::engine::Event::GateOpened { step } => gates_opened.push(*step),
-                crate::engine::Event::AttemptFinished { class, .. } => batch.counts.push(
-                    Count::AttemptFinished(class.map_or("none", |c| c.as_str())),
-                ),
+                crate::engine::Event::AttemptFinished { class, .. } => batch
+                    .counts
+                    .push(Count::AttemptFinished(class.map_or("none", |c| c.as_str()))),
                 crate::engine::Event::RetryScheduled { .. } => batch.counts.push(Count::Retry),
                 _ => {}
             }

@@ -171,7 +171,8 @@ impl Store {
             for state in RunState::ALL {
                 let count = {
                     let by_state = tx.inner.open_table(RUNS_BY_STATE)?;
-                    let range = by_state.range((state.code(), 0, 0)..=(state.code(), u64::MAX, u128::MAX))?;
+                    let range = by_state
+                        .range((state.code(), 0, 0)..=(state.code(), u64::MAX, u128::MAX))?;
                     range.count() as u64
                 };
                 tx.set_meta(&state_count_key(state), count)?;
