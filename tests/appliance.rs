@@ -331,6 +331,27 @@ fn load(
     })
 }
 
+/// `scarab backup --out FILE` against `server`.
+fn backup(server: &Server, file: &std::path::Path) -> std::process::Output {
+    Command::new(BIN)
+        .args(["backup", "--out"])
+        .arg(file)
+        .args(["--url", &server.url, "--token", &server.token])
+        .output()
+        .expect("scarab backup")
+}
+
+/// `scarab restore FILE --state-dir DIR`.
+fn restore(file: &std::path::Path, state_dir: &std::path::Path) -> std::process::Output {
+    Command::new(BIN)
+        .arg("restore")
+        .arg(file)
+        .arg("--state-dir")
+        .arg(state_dir)
+        .output()
+        .expect("scarab restore")
+}
+
 #[test]
 fn sigterm_under_load_exits_zero_loses_nothing_and_readopts() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -385,12 +406,7 @@ fn online_backup_under_load_restores_every_acknowledged_run() {
     std::thread::sleep(Duration::from_millis(800));
     let backup_started = Instant::now();
     let file = dir.path().join("backup.redb");
-    let output = Command::new(BIN)
-        .args(["backup", "--out"])
-        .arg(&file)
-        .args(["--url", &server.url, "--token", &server.token])
-        .output()
-        .expect("scarab backup");
+    let output = backup(&server, &file);
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::SeqCst);
     let acked = loader.join().expect("loader");
@@ -410,31 +426,14 @@ fn online_backup_under_load_restores_every_acknowledged_run() {
         "writes went on during the backup"
     );
     // A backup never overwrites.
-    let again = Command::new(BIN)
-        .args(["backup", "--out"])
-        .arg(&file)
-        .args(["--url", &server.url, "--token", &server.token])
-        .output()
-        .expect("scarab backup");
+    let again = backup(&server, &file);
     assert!(!again.status.success());
 
     let fresh = dir.path().join("restored");
-    let restore = Command::new(BIN)
-        .arg("restore")
-        .arg(&file)
-        .arg("--state-dir")
-        .arg(&fresh)
-        .output()
-        .expect("scarab restore");
-    assert!(restore.status.success(), "{restore:?}");
+    let outcome = restore(&file, &fresh);
+    assert!(outcome.status.success(), "{outcome:?}");
     // The live store cannot be replaced while its service runs.
-    let busy = Command::new(BIN)
-        .arg("restore")
-        .arg(&file)
-        .arg("--state-dir")
-        .arg(&server.state_dir)
-        .output()
-        .expect("scarab restore");
+    let busy = restore(&file, &server.state_dir);
     assert!(!busy.status.success());
     assert!(
         String::from_utf8_lossy(&busy.stderr).contains("stop the service"),
@@ -465,12 +464,7 @@ fn restoring_an_older_backup_mints_no_fence_twice_and_stops_the_newer_lineage() 
     let first = server.submit("name: old\nsteps:\n  - name: a\n    run: [\"true\"]\n");
     server.wait_terminal(&first, WITHIN);
     let file = dir.path().join("old.redb");
-    let output = Command::new(BIN)
-        .args(["backup", "--out"])
-        .arg(&file)
-        .args(["--url", &server.url, "--token", &server.token])
-        .output()
-        .expect("scarab backup");
+    let output = backup(&server, &file);
     assert!(output.status.success(), "{output:?}");
     // The newer lineage: a step that runs on after the backup.
     let pid_file = dir.path().join("pid");
@@ -484,14 +478,8 @@ fn restoring_an_older_backup_mints_no_fence_twice_and_stops_the_newer_lineage() 
         0,
     )[0];
     server.kill9();
-    let restore = Command::new(BIN)
-        .arg("restore")
-        .arg(&file)
-        .arg("--state-dir")
-        .arg(&server.state_dir)
-        .output()
-        .expect("scarab restore");
-    assert!(restore.status.success(), "{restore:?}");
+    let outcome = restore(&file, &server.state_dir);
+    assert!(outcome.status.success(), "{outcome:?}");
     let kept = std::fs::read_dir(&server.state_dir)
         .expect("dir")
         .filter_map(Result::ok)

@@ -559,7 +559,6 @@ async fn release_run(
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    auth::permit(&caller, auth::Permission::Write)?;
     let run = parse_run_id(&id)?;
     let action = dlq_action(body)?;
     let by = limits::clip(
@@ -585,24 +584,13 @@ async fn discard_run(
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    auth::permit(&caller, auth::Permission::Write)?;
     let run = parse_run_id(&id)?;
     let action = dlq_action(body)?;
-    let reason = action
-        .reason
-        .filter(|r| !r.trim().is_empty())
-        .ok_or_else(|| {
-            ApiError::field(
-                StatusCode::BAD_REQUEST,
-                "reason",
-                "discarding needs a reason",
-            )
-        })?;
+    let reason = action.required_reason()?;
     let by = limits::clip(
         action.by.as_deref().unwrap_or(&caller.name),
         limits::ORIGIN_MAX_BYTES,
     );
-    let reason = limits::clip(&reason, limits::REASON_MAX_BYTES);
     state
         .service
         .discard_run(run, by, reason)
@@ -651,8 +639,9 @@ async fn reject_gate(
     decide_gate(state, caller, path, body, false).await
 }
 
-/// Approve or reject: one permission check, the caller's identity recorded with the
-/// name the person gave (`by`, default: the caller's).
+/// Approve or reject (the `authenticate` layer checked the approve permission): the
+/// caller's identity is recorded with the name the person gave (`by`, default: the
+/// caller's).
 async fn decide_gate(
     State(state): State<ApiState>,
     Extension(caller): Extension<auth::Caller>,
@@ -662,7 +651,6 @@ async fn decide_gate(
 ) -> Result<Response, ApiError> {
     use crate::engine::RejectedInput;
     use crate::service::DecideError;
-    auth::permit(&caller, auth::Permission::Approve)?;
     let run = parse_run_id(&id)?;
     let body = body.map_err(|r| ApiError::new(r.status(), r.body_text()))?;
     let body: DecideBody = if body.iter().all(u8::is_ascii_whitespace) {
@@ -941,6 +929,24 @@ struct DlqAction {
     reason: Option<String>,
 }
 
+impl DlqAction {
+    /// Discarding needs a reason; it is kept (clipped) with who discarded.
+    fn required_reason(&self) -> Result<String, ApiError> {
+        let reason = self
+            .reason
+            .as_deref()
+            .filter(|r| !r.trim().is_empty())
+            .ok_or_else(|| {
+                ApiError::field(
+                    StatusCode::BAD_REQUEST,
+                    "reason",
+                    "discarding needs a reason",
+                )
+            })?;
+        Ok(limits::clip(reason, limits::REASON_MAX_BYTES))
+    }
+}
+
 fn dlq_action(body: Result<Bytes, BytesRejection>) -> Result<DlqAction, ApiError> {
     let body = body.map_err(|r| ApiError::new(r.status(), r.body_text()))?;
     if body.iter().all(u8::is_ascii_whitespace) {
@@ -992,21 +998,11 @@ async fn discard_dead_letter(
 ) -> Result<Response, ApiError> {
     let id = parse_letter_id(&id)?;
     let action = dlq_action(body)?;
-    let reason = action
-        .reason
-        .filter(|r| !r.trim().is_empty())
-        .ok_or_else(|| {
-            ApiError::field(
-                StatusCode::BAD_REQUEST,
-                "reason",
-                "discarding needs a reason",
-            )
-        })?;
+    let reason = action.required_reason()?;
     let by = limits::clip(
         action.by.as_deref().unwrap_or("api"),
         limits::ORIGIN_MAX_BYTES,
     );
-    let reason = limits::clip(&reason, limits::REASON_MAX_BYTES);
     state
         .service
         .discard(id, by, reason)

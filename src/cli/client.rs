@@ -421,20 +421,32 @@ pub fn run_action(
     action: &str,
     reason: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
-    let client = Client::new(args)?;
-    let body = serde_json::json!({"by": "cli", "reason": reason});
-    let answer = client.post(
+    post_action(
+        args,
         &format!("/v1/runs/{run}/{action}"),
-        "application/json",
-        body.to_string().as_bytes(),
-        &[],
-    )?;
+        &format!("run {run}"),
+        action,
+        reason,
+    )
+}
+
+/// POSTs `{"by": "cli", "reason": …}` to an operator action and reports it.
+fn post_action(
+    args: &ClientArgs,
+    path: &str,
+    what: &str,
+    action: &str,
+    reason: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let client = Client::new(args)?;
+    let body = serde_json::json!({"by": "cli", "reason": reason}).to_string();
+    let answer = client.post(path, "application/json", body.as_bytes(), &[])?;
     if !answer.ok() {
         return fail(&answer);
     }
     match args.output {
         Output::Json => print_json(&answer.json()?)?,
-        Output::Table => println!("run {run}: {action} done"),
+        Output::Table => println!("{what}: {action} done"),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -607,22 +619,14 @@ pub fn dlq_action(
     action: &str,
     reason: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
-    let client = Client::new(args)?;
-    let body = serde_json::json!({"by": "cli", "reason": reason}).to_string();
-    let answer = client.post(
+    let what = format!("dead letter {id}");
+    post_action(
+        args,
         &format!("/v1/dlq/{id}/{action}"),
-        "application/json",
-        body.as_bytes(),
-        &[],
-    )?;
-    if !answer.ok() {
-        return fail(&answer);
-    }
-    match args.output {
-        Output::Json => print_json(&answer.json()?)?,
-        Output::Table => println!("dead letter {id}: {action} done"),
-    }
-    Ok(ExitCode::SUCCESS)
+        &what,
+        action,
+        reason,
+    )
 }
 
 /// `scarab output set KEY VALUE` from inside a step, with the step's own environment.

@@ -138,27 +138,14 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::engine::gate_tests::local;
     use crate::engine::{
         Effects, Engine, EngineSettings, FailureClass, Fence, FenceCounter, Input, Intent, Outcome,
         RunId, StepState, Undelivered, Verdict,
     };
-    use crate::pipeline::{GateSpec, LocalCommand, Pipeline, Step, StepAction};
+    use crate::pipeline::{GateSpec, Pipeline, Step, StepAction};
 
     const T0: Timestamp = Timestamp(10_000_000);
-
-    fn local(name: &str, needs: &[usize]) -> Step {
-        Step {
-            name: name.into(),
-            needs: needs.to_vec(),
-            timeout: Some(Duration::from_secs(60)),
-            retry: None,
-            action: StepAction::Local(LocalCommand {
-                argv: vec!["true".into()],
-                env: vec![],
-                workdir: None,
-            }),
-        }
-    }
 
     struct Sim {
         engine: Engine,

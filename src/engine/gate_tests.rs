@@ -11,7 +11,8 @@ use crate::pipeline::{GateSpec, LocalCommand, Pipeline, Step, StepAction};
 
 const T0: Timestamp = Timestamp(5_000_000);
 
-fn local(name: &str, needs: &[usize]) -> Step {
+/// A local step running `true` with a 60 s timeout (shared with the auto-retry tests).
+pub(super) fn local(name: &str, needs: &[usize]) -> Step {
     Step {
         name: name.into(),
         needs: needs.to_vec(),

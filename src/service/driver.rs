@@ -134,32 +134,18 @@ struct Touched {
     attempts: BTreeSet<(usize, usize)>,
 }
 
-enum Reply {
-    Submit(
-        oneshot::Sender<Result<super::Submitted, SubmitError>>,
-        Result<Submitted, SubmitError>,
-    ),
-    Cancel(
-        oneshot::Sender<Result<(), CancelError>>,
-        Result<(), CancelError>,
-    ),
-    Dlq(oneshot::Sender<Result<(), DlqError>>, Result<(), DlqError>),
-    Outputs(
-        oneshot::Sender<Result<(), OutputError>>,
-        Result<(), OutputError>,
-    ),
-    Decide(
-        oneshot::Sender<Result<Decided, DecideError>>,
-        Result<Decided, DecideError>,
-    ),
-    Sweep(
-        oneshot::Sender<super::sweep::PassOutcome>,
-        super::sweep::PassOutcome,
-    ),
-    RunAction(
-        oneshot::Sender<Result<(), RunActionError>>,
-        Result<(), RunActionError>,
-    ),
+/// An answer to a command, sent once the batch's fate is known: with `None` when it
+/// committed, with the store's error when nothing of it happened.
+type Reply = Box<dyn FnOnce(Option<&StoreError>) + Send>;
+
+/// A reply that sends `result` after the commit, or `failed(error)` if the commit failed.
+fn answer<T: Send + 'static>(to: oneshot::Sender<T>, result: T, failed: fn(String) -> T) -> Reply {
+    Box::new(move |error| {
+        let _ = to.send(match error {
+            None => result,
+            Some(error) => failed(error.to_string()),
+        });
+    })
 }
 
 #[derive(Default)]
@@ -391,29 +377,7 @@ impl<E: Executor> Driver<E> {
             }
         }
         for reply in batch.replies {
-            match reply {
-                Reply::Submit(to, submitted) => {
-                    let _ = to.send(submitted);
-                }
-                Reply::Cancel(to, result) => {
-                    let _ = to.send(result);
-                }
-                Reply::Dlq(to, result) => {
-                    let _ = to.send(result);
-                }
-                Reply::Outputs(to, result) => {
-                    let _ = to.send(result);
-                }
-                Reply::Decide(to, result) => {
-                    let _ = to.send(result);
-                }
-                Reply::Sweep(to, outcome) => {
-                    let _ = to.send(outcome);
-                }
-                Reply::RunAction(to, result) => {
-                    let _ = to.send(result);
-                }
-            }
+            reply(None);
         }
         for fence in &batch.recorded_launches {
             self.executor.launch_recorded(*fence);
@@ -433,32 +397,10 @@ impl<E: Executor> Driver<E> {
     /// are reloaded from the store, and in-flight attempts re-adopted, as after a restart.
     async fn after_failed_commit(&mut self, batch: Batch, error: &StoreError) {
         tracing::error!(%error, "commit failed; reloading state from the store");
+        // A sweep's candidates stay in the index for the next pass: its caller gets an
+        // empty outcome.
         for reply in batch.replies {
-            match reply {
-                Reply::Submit(to, _) => {
-                    let _ = to.send(Err(SubmitError::Store(error.to_string())));
-                }
-                Reply::Cancel(to, _) => {
-                    let _ = to.send(Err(CancelError::Store(error.to_string())));
-                }
-                Reply::Dlq(to, _) => {
-                    let _ = to.send(Err(DlqError::Store(error.to_string())));
-                }
-                Reply::Outputs(to, _) => {
-                    let _ = to.send(Err(OutputError::Store(error.to_string())));
-                }
-                Reply::Decide(to, _) => {
-                    let _ = to.send(Err(DecideError::Store(error.to_string())));
-                }
-                // Nothing of the pass happened; the caller sees an empty outcome and the
-                // candidates are still in the index for the next pass.
-                Reply::Sweep(to, _) => {
-                    let _ = to.send(super::sweep::PassOutcome::default());
-                }
-                Reply::RunAction(to, _) => {
-                    let _ = to.send(Err(RunActionError::Store(error.to_string())));
-                }
-            }
+            reply(Some(error));
         }
         self.outbox.settle(&batch.settled_messages);
         if let Err(error) = self.reload().await {
@@ -562,11 +504,15 @@ impl<E: Executor> Driver<E> {
             } => {
                 let submitted =
                     self.submit(tx, source, pipeline, origin, idempotency_key, now, batch)?;
-                batch.replies.push(Reply::Submit(reply, submitted));
+                batch
+                    .replies
+                    .push(answer(reply, submitted, |e| Err(SubmitError::Store(e))));
             }
             Command::Cancel { run, by, reply } => {
                 let result = self.cancel(tx, run, by, now, batch)?;
-                batch.replies.push(Reply::Cancel(reply, result));
+                batch
+                    .replies
+                    .push(answer(reply, result, |e| Err(CancelError::Store(e))));
             }
             Command::SetOutputs {
                 run,
@@ -589,7 +535,9 @@ impl<E: Executor> Driver<E> {
                     }
                     Err(other) => Err(OutputError::Store(other.to_string())),
                 };
-                batch.replies.push(Reply::Outputs(reply, result));
+                batch
+                    .replies
+                    .push(answer(reply, result, |e| Err(OutputError::Store(e))));
             }
             Command::Decide {
                 run,
@@ -602,18 +550,24 @@ impl<E: Executor> Driver<E> {
             } => {
                 let result =
                     self.decide(tx, run, &step, approve, by, caller, comment, now, batch)?;
-                batch.replies.push(Reply::Decide(reply, result));
+                batch
+                    .replies
+                    .push(answer(reply, result, |e| Err(DecideError::Store(e))));
             }
             Command::Ping { reply } => {
                 let _ = reply.send(());
             }
             Command::Sweep { candidates, reply } => {
                 let outcome = self.sweep(tx, candidates, now, batch)?;
-                batch.replies.push(Reply::Sweep(reply, outcome));
+                batch
+                    .replies
+                    .push(answer(reply, outcome, |_| Default::default()));
             }
             Command::Release { run, by, reply } => {
                 let result = self.release(tx, run, by, now, batch)?;
-                batch.replies.push(Reply::RunAction(reply, result));
+                batch
+                    .replies
+                    .push(answer(reply, result, |e| Err(RunActionError::Store(e))));
             }
             Command::DiscardRun {
                 run,
@@ -622,11 +576,15 @@ impl<E: Executor> Driver<E> {
                 reply,
             } => {
                 let result = self.discard_run(tx, run, by, reason, now, batch)?;
-                batch.replies.push(Reply::RunAction(reply, result));
+                batch
+                    .replies
+                    .push(answer(reply, result, |e| Err(RunActionError::Store(e))));
             }
             Command::Requeue { id, by, reply } => {
                 let result = self.requeue(tx, id, by, now, batch)?;
-                batch.replies.push(Reply::Dlq(reply, result));
+                batch
+                    .replies
+                    .push(answer(reply, result, |e| Err(DlqError::Store(e))));
             }
             Command::Discard {
                 id,
@@ -635,7 +593,9 @@ impl<E: Executor> Driver<E> {
                 reply,
             } => {
                 let result = self.discard(tx, id, by, reason, now)?;
-                batch.replies.push(Reply::Dlq(reply, result));
+                batch
+                    .replies
+                    .push(answer(reply, result, |e| Err(DlqError::Store(e))));
             }
             Command::Delivered { message, result } => {
                 self.on_delivered(tx, message, result, now, batch)?

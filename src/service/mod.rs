@@ -448,46 +448,34 @@ impl Service {
         origin: String,
         idempotency_key: Option<String>,
     ) -> Result<Submitted, SubmitError> {
-        let (reply, answer) = oneshot::channel();
-        let command = Command::Submit {
+        self.ask(|reply| Command::Submit {
             source,
             pipeline,
             origin,
             idempotency_key,
             reply,
-        };
-        self.commands
-            .send(command)
-            .await
-            .map_err(|_| SubmitError::ShuttingDown)?;
-        answer.await.map_err(|_| SubmitError::ShuttingDown)?
+        })
+        .await
+        .map_err(|_| SubmitError::ShuttingDown)?
     }
 
     /// Puts a dead letter back in the outbox with a fresh delivery budget.
     pub async fn requeue(&self, id: u64, by: String) -> Result<(), DlqError> {
-        let (reply, answer) = oneshot::channel();
-        let command = Command::Requeue { id, by, reply };
-        self.commands
-            .send(command)
+        self.ask(|reply| Command::Requeue { id, by, reply })
             .await
-            .map_err(|_| DlqError::ShuttingDown)?;
-        answer.await.map_err(|_| DlqError::ShuttingDown)?
+            .map_err(|_| DlqError::ShuttingDown)?
     }
 
     /// Drops a dead letter for good; the reason is kept in the run's history.
     pub async fn discard(&self, id: u64, by: String, reason: String) -> Result<(), DlqError> {
-        let (reply, answer) = oneshot::channel();
-        let command = Command::Discard {
+        self.ask(|reply| Command::Discard {
             id,
             by,
             reason,
             reply,
-        };
-        self.commands
-            .send(command)
-            .await
-            .map_err(|_| DlqError::ShuttingDown)?;
-        answer.await.map_err(|_| DlqError::ShuttingDown)?
+        })
+        .await
+        .map_err(|_| DlqError::ShuttingDown)?
     }
 
     /// Stores outputs for the step's attempt with this fence, if it is the current one.
@@ -498,19 +486,15 @@ impl Service {
         fence: crate::engine::Fence,
         outputs: Vec<(String, String)>,
     ) -> Result<(), OutputError> {
-        let (reply, answer) = oneshot::channel();
-        let command = Command::SetOutputs {
+        self.ask(|reply| Command::SetOutputs {
             run,
             step,
             fence,
             outputs,
             reply,
-        };
-        self.commands
-            .send(command)
-            .await
-            .map_err(|_| OutputError::ShuttingDown)?;
-        answer.await.map_err(|_| OutputError::ShuttingDown)?
+        })
+        .await
+        .map_err(|_| OutputError::ShuttingDown)?
     }
 
     /// Approves or rejects the gate `step` of `run`; `caller` is the authenticated identity
@@ -524,8 +508,7 @@ impl Service {
         caller: String,
         comment: Option<String>,
     ) -> Result<Decided, DecideError> {
-        let (reply, answer) = oneshot::channel();
-        let command = Command::Decide {
+        self.ask(|reply| Command::Decide {
             run,
             step,
             approve,
@@ -533,19 +516,24 @@ impl Service {
             caller,
             comment,
             reply,
-        };
-        self.commands
-            .send(command)
-            .await
-            .map_err(|_| DecideError::ShuttingDown)?;
-        answer.await.map_err(|_| DecideError::ShuttingDown)?
+        })
+        .await
+        .map_err(|_| DecideError::ShuttingDown)?
     }
 
     /// Answers once the driver loop has taken this command: it is not wedged.
     pub async fn ping(&self) -> Result<(), ShuttingDown> {
+        self.ask(|reply| Command::Ping { reply }).await
+    }
+
+    /// Sends the command built around a reply channel and waits for the driver's answer.
+    async fn ask<T>(
+        &self,
+        command: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, ShuttingDown> {
         let (reply, answer) = oneshot::channel();
         self.commands
-            .send(Command::Ping { reply })
+            .send(command(reply))
             .await
             .map_err(|_| ShuttingDown)?;
         answer.await.map_err(|_| ShuttingDown)
@@ -553,12 +541,9 @@ impl Service {
 
     /// Releases a quarantined run for a fresh try.
     pub async fn release(&self, run: RunId, by: String) -> Result<(), RunActionError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::Release { run, by, reply })
+        self.ask(|reply| Command::Release { run, by, reply })
             .await
-            .map_err(|_| RunActionError::ShuttingDown)?;
-        answer.await.map_err(|_| RunActionError::ShuttingDown)?
+            .map_err(|_| RunActionError::ShuttingDown)?
     }
 
     /// Discards a quarantined run: it is never auto-retried again.
@@ -568,17 +553,14 @@ impl Service {
         by: String,
         reason: String,
     ) -> Result<(), RunActionError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::DiscardRun {
-                run,
-                by,
-                reason,
-                reply,
-            })
-            .await
-            .map_err(|_| RunActionError::ShuttingDown)?;
-        answer.await.map_err(|_| RunActionError::ShuttingDown)?
+        self.ask(|reply| Command::DiscardRun {
+            run,
+            by,
+            reason,
+            reply,
+        })
+        .await
+        .map_err(|_| RunActionError::ShuttingDown)?
     }
 
     /// One auto-retry pass now, whether or not the sweep is enabled (the periodic task
@@ -590,11 +572,8 @@ impl Service {
     }
 
     pub async fn cancel(&self, run: RunId, by: String) -> Result<(), CancelError> {
-        let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::Cancel { run, by, reply })
+        self.ask(|reply| Command::Cancel { run, by, reply })
             .await
-            .map_err(|_| CancelError::ShuttingDown)?;
-        answer.await.map_err(|_| CancelError::ShuttingDown)?
+            .map_err(|_| CancelError::ShuttingDown)?
     }
 }
