@@ -70,6 +70,13 @@ pub const TIMER_BATCH_MAX: usize = 512;
 pub const PROGRESS_CHECK_MIN_INTERVAL: Duration = Duration::from_secs(5);
 /// Global bound on never-started retries regardless of the step's own policy.
 pub const INFRA_RETRIES_MAX: u32 = 20;
+/// Fences are minted below this (2^62): minting past it is refused, and a fence at or
+/// above it found on an executor is not Scarab's.
+pub const FENCE_MAX: u64 = 1 << 62;
+/// How far above the store's counter a fence found on an executor may be and still
+/// count as this lineage's (2^40: a restored backup would have to be older than a
+/// trillion attempts). Anything farther is a foreign zombie, stopped and not counted.
+pub const FENCE_LEAD_MAX: u64 = 1 << 40;
 /// History events kept per run; beyond it new ones are not recorded (the earliest are
 /// kept) and the service logs a warning.
 pub const HISTORY_EVENTS_PER_RUN_MAX: u32 = 10_000;

@@ -4,11 +4,9 @@
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
-
 use super::ids::Timestamp;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FailureClass {
     /// The main process provably never ran; transient.
     InfraNeverStarted,
@@ -57,7 +55,7 @@ impl fmt::Display for FailureClass {
 }
 
 /// How an attempt ended, as its executor observed it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     Succeeded,
     Failed(FailureClass),
@@ -65,7 +63,7 @@ pub enum Outcome {
     Stopped,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Verdict {
     pub outcome: Outcome,
     /// Did the main process ever run?

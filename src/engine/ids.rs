@@ -4,11 +4,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 /// A run's identity: a ULID (time-ordered, so keys sort by creation), shown as `r` + the
 /// ULID in lower case.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RunId(pub u128);
 
 impl fmt::Display for RunId {
@@ -32,7 +30,7 @@ impl FromStr for RunId {
 
 /// An attempt's fence: minted from one durable, strictly increasing counter. A retry always
 /// gets a new one; re-adoption keeps the old one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Fence(pub u64);
 
 impl fmt::Display for Fence {
@@ -58,25 +56,49 @@ impl FenceCounter {
         self.next
     }
 
-    pub fn mint(&mut self) -> Fence {
+    /// The next fence, or an error once the counter reached `limits::FENCE_MAX` (at a
+    /// million fences per second that is 146,000 years away): minting stops rather than
+    /// wrap and reuse a fence.
+    pub fn mint(&mut self) -> Result<Fence, FencesExhausted> {
+        if self.next >= crate::limits::FENCE_MAX {
+            return Err(FencesExhausted);
+        }
         let fence = Fence(self.next);
-        // u64 fences at a million per second last half a million years. Should the counter
-        // ever run out, minting stops loudly rather than wrap and reuse a fence.
-        self.next = self
-            .next
-            .checked_add(1)
-            .expect("fence counter exhausted: refusing to reuse a fence");
-        fence
+        self.next += 1;
+        Ok(fence)
     }
 
-    /// Raises the counter above a fence seen elsewhere (an executor, a restored backup).
-    pub fn raise_above(&mut self, seen: Fence) {
-        self.next = self.next.max(seen.0.saturating_add(1));
+    /// Raises the counter above a fence seen elsewhere (an executor, a restored backup),
+    /// if that fence is plausible; returns whether it was.
+    pub fn raise_above(&mut self, seen: Fence) -> bool {
+        if !seen.is_plausible(Fence(self.next)) {
+            return false;
+        }
+        self.next = self.next.max(seen.0 + 1);
+        true
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the fence counter is exhausted")]
+pub struct FencesExhausted;
+
+impl Fence {
+    /// Could this store's lineage have minted this fence, given that it mints
+    /// `minted_below` next? A store restored from an older backup meets the attempts
+    /// minted after that backup, so fences somewhat above the counter are plausible; one
+    /// `limits::FENCE_LEAD_MAX` above it, at or past `limits::FENCE_MAX`, or 0 is not: it
+    /// comes from something that is not Scarab's (a forged label, a stray directory) and
+    /// must neither be adopted nor raise the counter.
+    pub fn is_plausible(self, minted_below: Fence) -> bool {
+        self.0 >= 1
+            && self.0 < crate::limits::FENCE_MAX
+            && self.0 - minted_below.0.min(self.0) < crate::limits::FENCE_LEAD_MAX
     }
 }
 
 /// Milliseconds since the Unix epoch. Time only ever enters the engine as a value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(pub u64);
 
 impl Timestamp {

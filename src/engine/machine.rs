@@ -30,6 +30,10 @@ pub enum RejectedInput {
     /// The gate is not open: not reached yet, or already decided.
     #[error("gate {step} is {state}, not waiting for a decision")]
     GateNotOpen { step: String, state: String },
+    /// The input names a step the run does not have (an executor or a stored timer that
+    /// does not belong to this run).
+    #[error("run has no step {0}")]
+    NoSuchStep(usize),
 }
 
 /// The step reason of a gate that was rejected.
@@ -104,6 +108,13 @@ impl Engine {
         input: Input,
         now: Timestamp,
     ) -> Result<Effects, RejectedInput> {
+        // Every later index into the run's steps trusts this: an input naming a step that
+        // is not there changes nothing.
+        if let Some(step) = input.step()
+            && (step >= run.steps.len() || step >= run.pipeline.steps.len())
+        {
+            return Err(RejectedInput::NoSuchStep(step));
+        }
         let mut effects = Effects::default();
         match input {
             Input::LaunchConfirmed { step, fence } => {
@@ -410,7 +421,19 @@ impl Engine {
         now: Timestamp,
         effects: &mut Effects,
     ) {
-        let fence = fences.mint();
+        let Ok(fence) = fences.mint() else {
+            // Never reached in practice (see `limits::FENCE_MAX`); the step cannot get a
+            // fence, so it never starts and the operator is told.
+            set_step_state(
+                run,
+                step,
+                StepState::DeadLettered {
+                    reason: "FencesExhausted".into(),
+                },
+                effects,
+            );
+            return;
+        };
         let spec = &run.pipeline.steps[step];
         let progress = &mut run.steps[step];
         let number = u32::try_from(progress.attempts.len() + 1).unwrap_or(u32::MAX);

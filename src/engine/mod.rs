@@ -124,6 +124,25 @@ pub enum Input {
     },
 }
 
+impl Input {
+    /// The step the input is about, for those about one.
+    pub fn step(&self) -> Option<usize> {
+        match self {
+            Input::LaunchConfirmed { step, .. }
+            | Input::Verdict { step, .. }
+            | Input::Undeliverable { step, .. }
+            | Input::Requeue { step, .. }
+            | Input::SetOutputs { step, .. }
+            | Input::Decide { step, .. } => Some(*step),
+            Input::TimerFired(timer) => timer.step(),
+            Input::Cancel { .. }
+            | Input::Resubmit { .. }
+            | Input::Quarantine { .. }
+            | Input::Discard { .. } => None,
+        }
+    }
+}
+
 /// Why the outbox gave up (the step's terminal reason and the run's category).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Undelivered {
@@ -154,6 +173,18 @@ pub enum Timer {
     GateExpiry { step: usize },
     /// The run's active-time budget runs out now unless it was paused.
     Budget,
+}
+
+impl Timer {
+    pub fn step(&self) -> Option<usize> {
+        match self {
+            Timer::RetryDue { step }
+            | Timer::Backstop { step, .. }
+            | Timer::GateRelease { step }
+            | Timer::GateExpiry { step } => Some(*step),
+            Timer::Budget => None,
+        }
+    }
 }
 
 /// What a launch needs: everything the executor must know, fixed at minting time.

@@ -1,18 +1,16 @@
 //! The state the engine decides on: a run, its steps and their attempts.
 //!
-//! These are plain values. They derive serde only so the store's codec can persist them;
-//! the engine itself never encodes anything.
+//! These are plain values with no serde: what is stored is the store's own versioned
+//! records (`store::records::v2`), converted from and to these.
 
 use std::sync::Arc;
 use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
 
 use super::class::{FailureClass, Outcome, Verdict};
 use super::ids::{Fence, RunId, Timestamp};
 use crate::pipeline::Pipeline;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RunState {
     /// Accepted; no attempt confirmed launched yet.
     Queued,
@@ -81,14 +79,14 @@ impl RunState {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CancelRequest {
     pub by: String,
     pub at: Timestamp,
 }
 
 /// Everything about a run except its pipeline and steps.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunHeader {
     pub id: RunId,
     pub pipeline_name: String,
@@ -104,7 +102,7 @@ pub struct RunHeader {
 }
 
 /// What the auto-retry sweep did to a run and may do next.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AutoRetryState {
     /// Resubmissions so far (by the sweep or an operator's release).
     pub attempts: u32,
@@ -120,7 +118,7 @@ pub struct AutoRetryState {
 
 /// Active time of a run against its budget. Time while the run is `waiting` (only gates
 /// left) is not counted: the clock is paused then.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BudgetClock {
     pub limit_ms: u64,
     /// Active time banked before the current stretch.
@@ -158,7 +156,7 @@ impl BudgetClock {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StepState {
     /// Waiting for the steps it needs.
     Pending,
@@ -214,7 +212,7 @@ impl StepState {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KillReason {
     /// The engine backstop found the attempt past its timeout.
     Timeout,
@@ -233,7 +231,7 @@ impl KillReason {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AttemptState {
     /// Minted and its launch enqueued; the executor has not confirmed it yet.
     Launching,
@@ -244,7 +242,7 @@ pub enum AttemptState {
     Finished(Verdict),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attempt {
     pub number: u32,
     pub fence: Fence,
@@ -277,7 +275,7 @@ impl Attempt {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StepProgress {
     pub state: StepState,
     /// A gate step's record once it opened; `None` for other steps.
@@ -289,7 +287,7 @@ pub struct StepProgress {
 }
 
 /// A gate since it opened: its timers and, once made, the decision.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GateProgress {
     pub opened_at: Timestamp,
     pub release_at: Option<Timestamp>,
@@ -297,7 +295,7 @@ pub struct GateProgress {
     pub decision: Option<GateDecision>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GateDecision {
     pub outcome: GateOutcome,
     /// Who decided, as they named themselves (`system` for the gate's own timers).
@@ -308,7 +306,7 @@ pub struct GateDecision {
     pub comment: Option<String>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GateOutcome {
     Approved,
     Rejected,

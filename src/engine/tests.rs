@@ -547,11 +547,35 @@ fn backoff_grows_caps_and_jitters_deterministically() {
 #[test]
 fn fences_strictly_increase_across_runs_and_raise_above_seen() {
     let mut fences = FenceCounter::starting_at(0);
-    assert_eq!(fences.mint(), Fence(1));
-    fences.raise_above(Fence(100));
-    assert_eq!(fences.mint(), Fence(101));
-    fences.raise_above(Fence(5));
-    assert_eq!(fences.mint(), Fence(102));
+    assert_eq!(fences.mint(), Ok(Fence(1)));
+    assert!(fences.raise_above(Fence(100)));
+    assert_eq!(fences.mint(), Ok(Fence(101)));
+    assert!(fences.raise_above(Fence(5)));
+    assert_eq!(fences.mint(), Ok(Fence(102)));
+}
+
+#[test]
+fn implausible_fences_never_raise_the_counter() {
+    let mut fences = FenceCounter::starting_at(10);
+    for implausible in [
+        Fence(0),
+        Fence(u64::MAX),
+        Fence(crate::limits::FENCE_MAX),
+        Fence(10 + crate::limits::FENCE_LEAD_MAX),
+    ] {
+        assert!(!fences.raise_above(implausible), "{implausible}");
+        assert_eq!(fences.next_value(), 10);
+    }
+    // Somewhat ahead (a newer lineage after a restore) is plausible.
+    assert!(fences.raise_above(Fence(10 + crate::limits::FENCE_LEAD_MAX - 1)));
+}
+
+#[test]
+fn minting_past_the_last_fence_is_an_error_not_a_panic() {
+    let mut fences = FenceCounter::starting_at(crate::limits::FENCE_MAX - 1);
+    assert_eq!(fences.mint(), Ok(Fence(crate::limits::FENCE_MAX - 1)));
+    assert!(fences.mint().is_err());
+    assert!(fences.mint().is_err());
 }
 
 fn launches(intents: &[Intent]) -> Vec<usize> {

@@ -227,7 +227,11 @@ impl<E: Executor> Driver<E> {
             .recover(&inflight, crate::engine::Fence(stored_next))
             .await
         {
-            Ok(Some(seen)) => self.fences.raise_above(seen),
+            Ok(Some(seen)) => {
+                if !self.fences.raise_above(seen) {
+                    tracing::error!(%seen, "an executor reported an implausible fence; the counter is not raised");
+                }
+            }
             Ok(None) => {}
             Err(error) => {
                 tracing::error!(%error, "executor recovery failed; fences it holds may be unknown")

@@ -1,61 +1,128 @@
-//! The one place records are encoded: bincode 2 (standard config) behind a format
-//! version byte, so a future encoding can be told apart from today's.
+//! The one place records are encoded and decoded.
+//!
+//! A stored value is a format byte followed by the bincode 2 encoding (standard
+//! configuration) of that format's record type (`records::v2`, …). The engine's and the
+//! store's own types never touch bytes: each stored kind implements [`Record`], which
+//! converts to the current format's record to write and from any format this build
+//! reads. Every format a released build wrote stays in [`READABLE_FORMATS`] forever.
+//!
+//! Writes are checked in pairs: [`encode`] decodes what it just encoded and encodes that
+//! again, and refuses the value unless the bytes agree, so a record that would not read
+//! back as written never reaches a commit.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-/// The first byte of every encoded record.
+/// The format this build writes.
 pub const FORMAT_VERSION: u8 = 2;
+
+/// Every format this build decodes: each one a released build wrote. Only ever grows.
+pub const READABLE_FORMATS: &[u8] = &[2];
 
 #[derive(Debug, thiserror::Error)]
 pub enum CodecError {
-    #[error("empty record")]
-    Empty,
-    #[error("record format version {found} is not supported (this build reads {FORMAT_VERSION})")]
-    UnsupportedVersion { found: u8 },
-    #[error("cannot encode record: {0}")]
-    Encode(#[from] bincode::error::EncodeError),
-    #[error("cannot decode record: {0}")]
-    Decode(#[from] bincode::error::DecodeError),
-    #[error("record has {0} trailing bytes")]
-    Trailing(usize),
+    #[error("{record}: empty record")]
+    Empty { record: &'static str },
+    #[error(
+        "{record}: record format {found} is not one this build reads ({READABLE_FORMATS:?}); a newer scarab wrote it"
+    )]
+    UnsupportedVersion { record: &'static str, found: u8 },
+    #[error("{record}: cannot encode: {error}")]
+    Encode {
+        record: &'static str,
+        error: bincode::error::EncodeError,
+    },
+    #[error("{record}: cannot decode format {version}: {error}")]
+    Decode {
+        record: &'static str,
+        version: u8,
+        error: bincode::error::DecodeError,
+    },
+    #[error("{record}: {trailing} trailing bytes after a format {version} record")]
+    Trailing {
+        record: &'static str,
+        version: u8,
+        trailing: usize,
+    },
+    #[error("{record}: implausible value: {problem}")]
+    Implausible {
+        record: &'static str,
+        problem: String,
+    },
+    #[error("{record}: does not read back as written (the encode/decode pair check failed)")]
+    RoundTrip { record: &'static str },
 }
 
-pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
-    let mut bytes = vec![FORMAT_VERSION];
-    bincode::serde::encode_into_std_write(value, &mut bytes, bincode::config::standard())?;
+/// A kind of stored value: how it becomes bytes in the current format, and how it is
+/// read back from each format this build knows.
+pub trait Record: Sized {
+    /// The record's name in errors.
+    const NAME: &'static str;
+    /// The value in the current format (without the format byte).
+    fn encode_current(&self, out: &mut Vec<u8>) -> Result<(), CodecError>;
+    /// A value stored in `version` (one of `READABLE_FORMATS`).
+    fn decode_format(version: u8, body: &[u8]) -> Result<Self, CodecError>;
+}
+
+/// Encodes `value` in the current format, checked to read back as written.
+pub fn encode<R: Record>(value: &R) -> Result<Vec<u8>, CodecError> {
+    let bytes = encode_unchecked(value)?;
+    let again = encode_unchecked(&decode::<R>(&bytes)?)?;
+    if again != bytes {
+        return Err(CodecError::RoundTrip { record: R::NAME });
+    }
     Ok(bytes)
 }
 
-pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
-    let (&version, body) = bytes.split_first().ok_or(CodecError::Empty)?;
-    if version != FORMAT_VERSION {
-        return Err(CodecError::UnsupportedVersion { found: version });
-    }
-    let (value, read) = bincode::serde::decode_from_slice(body, bincode::config::standard())?;
-    if read != body.len() {
-        return Err(CodecError::Trailing(body.len() - read));
-    }
-    Ok(value)
+fn encode_unchecked<R: Record>(value: &R) -> Result<Vec<u8>, CodecError> {
+    let mut bytes = vec![FORMAT_VERSION];
+    value.encode_current(&mut bytes)?;
+    Ok(bytes)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn round_trips_and_rejects_foreign_versions() {
-        let value = (7u64, "fence".to_string(), Some(vec![1u8, 2]));
-        let bytes = encode(&value).expect("encodes");
-        assert_eq!(bytes[0], FORMAT_VERSION);
-        let back: (u64, String, Option<Vec<u8>>) = decode(&bytes).expect("decodes");
-        assert_eq!(back, value);
-        let mut foreign = bytes.clone();
-        foreign[0] = 9;
-        assert!(matches!(
-            decode::<(u64, String, Option<Vec<u8>>)>(&foreign),
-            Err(CodecError::UnsupportedVersion { found: 9 })
-        ));
-        assert!(matches!(decode::<u64>(&[]), Err(CodecError::Empty)));
+/// Decodes a stored value of any format this build reads.
+pub fn decode<R: Record>(bytes: &[u8]) -> Result<R, CodecError> {
+    let (&version, body) = bytes
+        .split_first()
+        .ok_or(CodecError::Empty { record: R::NAME })?;
+    if !READABLE_FORMATS.contains(&version) {
+        return Err(CodecError::UnsupportedVersion {
+            record: R::NAME,
+            found: version,
+        });
     }
+    R::decode_format(version, body)
+}
+
+/// The bincode encoding of one format's record type.
+pub fn to_bincode<T: Serialize>(
+    record: &'static str,
+    value: &T,
+    out: &mut Vec<u8>,
+) -> Result<(), CodecError> {
+    bincode::serde::encode_into_std_write(value, out, bincode::config::standard())
+        .map(|_| ())
+        .map_err(|error| CodecError::Encode { record, error })
+}
+
+/// One format's record type from its bincode encoding; every byte must be used.
+pub fn from_bincode<T: DeserializeOwned>(
+    record: &'static str,
+    version: u8,
+    body: &[u8],
+) -> Result<T, CodecError> {
+    let (value, read) = bincode::serde::decode_from_slice(body, bincode::config::standard())
+        .map_err(|error| CodecError::Decode {
+            record,
+            version,
+            error,
+        })?;
+    if read != body.len() {
+        return Err(CodecError::Trailing {
+            record,
+            version,
+            trailing: body.len() - read,
+        });
+    }
+    Ok(value)
 }

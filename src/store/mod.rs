@@ -295,10 +295,9 @@ impl WriteTx {
         progress: &StepProgress,
     ) -> Result<(), StoreError> {
         let key = (run.0, step_key(step)?);
-        let row = (&progress.state, &progress.gate, progress.try_start);
         self.inner
             .open_table(STEPS)?
-            .insert(key, codec::encode(&row)?.as_slice())?;
+            .insert(key, codec::encode(progress)?.as_slice())?;
         Ok(())
     }
 
@@ -493,6 +492,11 @@ pub struct RunQuery {
 }
 
 impl ReadTx {
+    pub fn idempotency_get(&self, key: &str) -> Result<Option<RunId>, StoreError> {
+        let table = self.inner.open_table(IDEMPOTENCY)?;
+        Ok(table.get(key)?.map(|v| RunId(v.value())))
+    }
+
     pub fn fence_next(&self) -> Result<u64, StoreError> {
         let table = self.inner.open_table(META)?;
         Ok(table.get(META_FENCE_NEXT)?.map(|v| v.value()).unwrap_or(1))
@@ -528,13 +532,7 @@ impl ReadTx {
                     "run {run} has a gap in its steps"
                 )));
             }
-            let (state, gate, try_start) = codec::decode(value.value())?;
-            steps.push(StepProgress {
-                state,
-                gate,
-                try_start,
-                attempts: Vec::new(),
-            });
+            steps.push(codec::decode::<StepProgress>(value.value())?);
         }
         let attempts = self.inner.open_table(ATTEMPTS)?;
         for entry in attempts.range((run.0, 0, 0)..=(run.0, u16::MAX, u32::MAX))? {

@@ -1,26 +1,29 @@
-//! Records only the store and driver know: pipelines as submitted, outbox messages,
-//! history events. Engine state (`RunHeader`, `StepState`, `Attempt`) is stored as is.
+//! What the store holds, as the rest of Scarab sees it: pipelines as submitted, outbox
+//! messages, history events, timer keys, and [`Record`] for each stored kind, engine
+//! state included. These types carry no serde: the bytes on disk are the versioned
+//! record types of `v2` (and of each later format), converted here.
 
-use serde::{Deserialize, Serialize};
+pub mod v2;
 
-use crate::engine::{Fence, KillReason, RunId, Timestamp};
+use crate::engine::{self, Fence, KillReason, RunId, Timestamp};
+use crate::store::codec::{self, CodecError, Record};
 
 /// The pipeline exactly as submitted; it is re-validated whenever a run is loaded, so a
 /// stored run can always be explained by its source.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PipelineSource {
     pub format: SourceFormat,
     pub text: String,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SourceFormat {
     Yaml,
     Json,
 }
 
 /// Everything an executor needs to start one attempt; fixed when the attempt is minted.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LaunchRecord {
     pub run: RunId,
     pub step: u16,
@@ -32,7 +35,7 @@ pub struct LaunchRecord {
 }
 
 /// What runs, per executor.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LaunchAction {
     Local {
         argv: Vec<String>,
@@ -52,7 +55,7 @@ impl LaunchAction {
 }
 
 /// A Pod step as launched (see `pipeline::PodTemplate`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodRecord {
     pub image: String,
     pub command: Vec<String>,
@@ -66,7 +69,7 @@ pub struct PodRecord {
 }
 
 /// Which executor owns an attempt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ExecutorKind {
     Local,
     Kubernetes,
@@ -110,7 +113,7 @@ impl LaunchAction {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OutboxPayload {
     Launch(LaunchRecord),
     Kill {
@@ -170,7 +173,7 @@ impl OutboxPayload {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OutboxMessage {
     pub id: u64,
     pub payload: OutboxPayload,
@@ -183,7 +186,7 @@ pub struct OutboxMessage {
 
 /// An outbox message whose deliveries were exhausted: the operator's to requeue or
 /// discard.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeadLetter {
     pub message: OutboxMessage,
     pub dead_at: Timestamp,
@@ -191,7 +194,7 @@ pub struct DeadLetter {
 }
 
 /// Why a message could not be delivered (a stable public name).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeadLetterCategory {
     /// The executor stayed unreachable, forbidden or misconfigured.
     ExecutorUnavailable,
@@ -210,7 +213,7 @@ impl DeadLetterCategory {
 
 /// One entry of a run's append-only history. `detail` is a JSON object as text (the
 /// codec is not self-describing, so free-form JSON travels as a string).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HistoryRecord {
     pub at: Timestamp,
     pub kind: String,
@@ -262,3 +265,48 @@ pub struct StoredRun {
     pub source: PipelineSource,
     pub steps: Vec<crate::engine::StepProgress>,
 }
+
+/// Implements [`Record`] for a stored kind: `to` makes the current format's record from a
+/// value, and each `format => from` reads one format's record back.
+macro_rules! record {
+    ($ty:ty, $name:literal, to: $to:expr, $($version:literal => $from:expr),+ $(,)?) => {
+        impl Record for $ty {
+            const NAME: &'static str = $name;
+            fn encode_current(&self, out: &mut Vec<u8>) -> Result<(), CodecError> {
+                codec::to_bincode(Self::NAME, &($to)(self), out)
+            }
+            fn decode_format(version: u8, body: &[u8]) -> Result<Self, CodecError> {
+                match version {
+                    $($version => ($from)(codec::from_bincode(Self::NAME, version, body)?)
+                        .map_err(|e: v2::Implausible| CodecError::Implausible {
+                            record: Self::NAME,
+                            problem: e.to_string(),
+                        }),)+
+                    found => Err(CodecError::UnsupportedVersion { record: Self::NAME, found }),
+                }
+            }
+        }
+    };
+}
+
+record!(engine::RunHeader, "run",
+    to: v2::RunHeader::from,
+    2 => |r: v2::RunHeader| engine::RunHeader::try_from(r));
+record!(engine::StepProgress, "step",
+    to: v2::step_row,
+    2 => v2::step_from_row);
+record!(engine::Attempt, "attempt",
+    to: v2::Attempt::from,
+    2 => |r: v2::Attempt| engine::Attempt::try_from(r));
+record!(PipelineSource, "pipeline",
+    to: v2::PipelineSource::from,
+    2 => |r: v2::PipelineSource| Ok(PipelineSource::from(r)));
+record!(OutboxMessage, "outbox_message",
+    to: v2::OutboxMessage::from,
+    2 => |r: v2::OutboxMessage| OutboxMessage::try_from(r));
+record!(DeadLetter, "dead_letter",
+    to: v2::DeadLetter::from,
+    2 => |r: v2::DeadLetter| DeadLetter::try_from(r));
+record!(HistoryRecord, "history",
+    to: v2::HistoryRecord::from,
+    2 => |r: v2::HistoryRecord| Ok(HistoryRecord::from(r)));

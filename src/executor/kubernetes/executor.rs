@@ -479,7 +479,7 @@ impl Executor for KubeExecutor {
     async fn recover(
         &self,
         inflight: &[Adoption],
-        _minted_below: Fence,
+        minted_below: Fence,
     ) -> Result<Option<Fence>, ExecutorError> {
         let wanted: HashSet<(RunId, usize, Fence)> =
             inflight.iter().map(|a| (a.run, a.step, a.fence)).collect();
@@ -499,7 +499,7 @@ impl Executor for KubeExecutor {
             for found in &page.items {
                 let name = found.metadata.name.clone().unwrap_or_default();
                 match pod::identity(found) {
-                    Some(id @ (_, _, fence)) => {
+                    Some(id @ (_, _, fence)) if fence.is_plausible(minted_below) => {
                         highest = highest.max(Some(fence));
                         if wanted.contains(&id) {
                             self.lock().pods.insert(name, found.clone());
@@ -508,8 +508,14 @@ impl Executor for KubeExecutor {
                             self.delete(&name).await;
                         }
                     }
-                    None => {
-                        tracing::warn!(pod = %name, "a managed Pod without a valid run, step and fence; left alone")
+                    // Labels that cannot be read, or a fence no store of this lineage
+                    // could have minted: a foreign zombie, deleted, its fence not counted.
+                    identity => {
+                        let fence = identity.map(|(_, _, fence)| fence);
+                        tracing::warn!(pod = %name, ?fence, "deleting a managed Pod without a plausible run, step and fence");
+                        if !name.is_empty() {
+                            self.delete(&name).await;
+                        }
                     }
                 }
             }

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::engine::{Fence, KillReason};
-use crate::store::records::{LaunchAction, LaunchRecord};
+use crate::engine::{Fence, KillReason, Verdict};
+use crate::store::records::{LaunchAction, LaunchRecord, v2};
 
 pub const SPEC: &str = "spec.json";
 pub const LOCK: &str = "lock";
@@ -28,10 +28,68 @@ pub const STDOUT: &str = "stdout.log";
 pub const STDERR: &str = "stderr.log";
 
 /// What the supervisor runs: the launch as the store recorded it, and the stop grace.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Spec {
     pub launch: LaunchRecord,
     pub kill_grace_ms: u64,
+}
+
+// The attempt files are read by other builds than the one that wrote them (a supervisor
+// started before an upgrade reports to the service after it), so their JSON is that of
+// the frozen format-2 record types, never of the engine's.
+
+/// `spec.json`.
+#[derive(Serialize, Deserialize)]
+struct SpecFile {
+    launch: v2::LaunchRecord,
+    kill_grace_ms: u64,
+}
+
+/// `kill.json`.
+#[derive(Serialize, Deserialize)]
+struct KillFile {
+    reason: v2::KillReason,
+}
+
+pub fn write_spec(dir: &Path, spec: &Spec) -> io::Result<()> {
+    let file = SpecFile {
+        launch: (&spec.launch).into(),
+        kill_grace_ms: spec.kill_grace_ms,
+    };
+    write_json(dir, SPEC, &file, false)
+}
+
+/// `Ok(None)` when there is no spec; an implausible one is `InvalidData`.
+pub fn read_spec(dir: &Path) -> io::Result<Option<Spec>> {
+    let Some(file) = read_json::<SpecFile>(dir, SPEC)? else {
+        return Ok(None);
+    };
+    let launch = LaunchRecord::try_from(file.launch)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{SPEC}: {e}")))?;
+    Ok(Some(Spec {
+        launch,
+        kill_grace_ms: file.kill_grace_ms,
+    }))
+}
+
+/// Scarab's stop request, written durably: the supervisor acts on it even after a crash.
+pub fn write_kill(dir: &Path, reason: KillReason) -> io::Result<()> {
+    let file = KillFile {
+        reason: reason.into(),
+    };
+    write_json(dir, KILL, &file, true)
+}
+
+pub fn read_kill(dir: &Path) -> io::Result<Option<KillReason>> {
+    Ok(read_json::<KillFile>(dir, KILL)?.map(|file| file.reason.into()))
+}
+
+pub fn write_verdict(dir: &Path, verdict: &Verdict) -> io::Result<()> {
+    write_json(dir, VERDICT, &v2::Verdict::from(verdict), false)
+}
+
+pub fn read_verdict(dir: &Path) -> io::Result<Option<Verdict>> {
+    Ok(read_json::<v2::Verdict>(dir, VERDICT)?.map(Verdict::from))
 }
 
 /// The local command of a spec.
@@ -75,11 +133,6 @@ impl ProcessIdentity {
     pub fn is_alive(&self) -> bool {
         start_ticks(self.pid) == Some(self.start_ticks)
     }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KillRequest {
-    pub reason: KillReason,
 }
 
 fn start_ticks(pid: i32) -> Option<u64> {

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use super::{Adoption, Executor, ExecutorError, Report, Target};
 use crate::engine::{FailureClass, Fence, KillReason, Outcome, RunId, Verdict};
 use crate::store::records::LaunchRecord;
-use files::{KillRequest, ProcessIdentity, Spec};
+use files::{ProcessIdentity, Spec};
 
 type BoxedTask<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
 
@@ -242,7 +242,7 @@ impl LocalExecutor {
         if let Ok(mut watching) = self.inner.watching.lock() {
             watching.remove(&fence);
         }
-        match files::read_json::<Verdict>(dir, files::VERDICT) {
+        match files::read_verdict(dir) {
             Ok(Some(verdict)) => self.report(run, step, fence, verdict).await,
             Ok(None) if dir.join(files::ABORTED).exists() => {
                 if confirmed {
@@ -326,7 +326,7 @@ impl Executor for LocalExecutor {
             launch: order.clone(),
             kill_grace_ms: u64::try_from(self.inner.kill_grace.as_millis()).unwrap_or(u64::MAX),
         };
-        files::write_json(&dir, files::SPEC, &spec, false).map_err(io_error)?;
+        files::write_spec(&dir, &spec).map_err(io_error)?;
         self.spawn_supervisor(order.run, step, order.fence, &dir)
             .await
     }
@@ -384,15 +384,27 @@ impl Executor for LocalExecutor {
         _inflight: &[Adoption],
         minted_below: Fence,
     ) -> Result<Option<Fence>, ExecutorError> {
-        let fences = self.fences_on_disk()?;
-        for &fence in fences.iter().filter(|f| **f >= minted_below) {
+        let mut highest = None;
+        for fence in self.fences_on_disk()? {
+            let plausible = fence.is_plausible(minted_below);
+            if plausible && fence < minted_below {
+                highest = highest.max(Some(fence));
+                continue;
+            }
+            // Minted by no store of this lineage yet (a newer lineage after a restore) or
+            // by nothing of Scarab's at all (an implausible fence): a foreign zombie.
             let dir = self.attempt_dir(fence);
             if files::supervisor_holds_lock(&dir).map_err(Self::io_error(&dir))? {
                 tracing::warn!(%fence, "stopping a foreign attempt: its fence was never minted by this store");
                 self.stop(fence, KillReason::Cancel).await?;
             }
+            if plausible {
+                highest = highest.max(Some(fence));
+            } else {
+                tracing::warn!(%fence, "an attempt directory with an implausible fence: not counted");
+            }
         }
-        Ok(fences.into_iter().max())
+        Ok(highest)
     }
 }
 
@@ -403,8 +415,7 @@ impl LocalExecutor {
         std::fs::create_dir_all(&dir).map_err(Self::io_error(&dir))?;
         // Written first: a supervisor that has not started yet reads it and never starts
         // the step; a running one reads it when signalled.
-        files::write_json(&dir, files::KILL, &KillRequest { reason }, true)
-            .map_err(Self::io_error(&dir))?;
+        files::write_kill(&dir, reason).map_err(Self::io_error(&dir))?;
         if let Probe::Alive(identity) = self.probe(&dir).await.map_err(Self::io_error(&dir))?
             && let Some(pidfd) = pidfd_for(identity, &dir)
         {
@@ -415,7 +426,7 @@ impl LocalExecutor {
 
     async fn try_adopt(&self, adoption: &Adoption) -> Result<(), ExecutorError> {
         let dir = self.attempt_dir(adoption.fence);
-        let spec = files::read_json::<Spec>(&dir, files::SPEC).map_err(Self::io_error(&dir))?;
+        let spec = files::read_spec(&dir).map_err(Self::io_error(&dir))?;
 
         if let Some(spec) = spec
             && (spec.launch.run, usize::from(spec.launch.step)) != (adoption.run, adoption.step)
@@ -435,9 +446,9 @@ impl LocalExecutor {
         Ok(())
     }
 
-    /// Fences of every attempt directory. Only names this executor writes count (a
-    /// decimal fence, no leading zeros, below 2^62): a stray directory cannot push the
-    /// counter to its end.
+    /// Fences of every attempt directory: only names this executor writes count (a
+    /// decimal number without leading zeros); whether each is plausible is `recover`'s
+    /// decision.
     fn fences_on_disk(&self) -> Result<Vec<Fence>, ExecutorError> {
         let dir = &self.inner.attempts_dir;
         let entries = std::fs::read_dir(dir).map_err(Self::io_error(dir))?;
@@ -445,19 +456,11 @@ impl LocalExecutor {
         for entry in entries {
             let entry = entry.map_err(Self::io_error(dir))?;
             let name = entry.file_name();
-            let Some(fence) = name
+            if let Some(fence) = name
                 .to_str()
                 .and_then(|n| n.parse::<u64>().ok().filter(|f| f.to_string() == n))
-            else {
-                continue;
-            };
-            if fence < 1 << 62 {
+            {
                 fences.push(Fence(fence));
-            } else {
-                tracing::warn!(
-                    ?name,
-                    "ignoring an attempt directory with an implausible fence"
-                );
             }
         }
         Ok(fences)
@@ -522,7 +525,7 @@ fn remove_if_present(dir: &Path, name: &str) -> io::Result<()> {
 
 /// The verdict file as a probe result: `None` when there is none yet.
 fn read_verdict(dir: &Path) -> io::Result<Option<Probe>> {
-    match files::read_json::<Verdict>(dir, files::VERDICT) {
+    match files::read_verdict(dir) {
         Ok(found) => Ok(found.map(Probe::Finished)),
         Err(e) if e.kind() == io::ErrorKind::InvalidData => Ok(Some(Probe::Finished(lost(
             &format!("unreadable verdict: {e}"),

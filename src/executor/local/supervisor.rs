@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
 
-use super::files::{self, KillRequest, ProcessIdentity, Spec};
+use super::files::{self, ProcessIdentity, Spec};
 use crate::engine::{FailureClass, KillReason, Outcome, Timestamp, Verdict};
 
 #[derive(Debug, thiserror::Error)]
@@ -64,7 +64,7 @@ pub fn supervise(dir: &Path) -> Result<(), SuperviseError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(io_error(e)),
     }
-    let spec: Spec = files::read_json(dir, files::SPEC)
+    let spec: Spec = files::read_spec(dir)
         .map_err(io_error)?
         .ok_or_else(|| SuperviseError::NoSpec(dir.display().to_string()))?;
     let Some(verdict) = run_attempt(dir, &spec).map_err(io_error)? else {
@@ -73,7 +73,7 @@ pub fn supervise(dir: &Path) -> Result<(), SuperviseError> {
     // Atomic but not fsynced: the service commits the verdict durably to the store. A
     // power cut before that commit loses the file and the attempt is then reported
     // `lost`: conservative, never a second run under this fence.
-    files::write_json(dir, files::VERDICT, &verdict, false).map_err(io_error)?;
+    files::write_verdict(dir, &verdict).map_err(io_error)?;
     drop(lock);
     Ok(())
 }
@@ -90,9 +90,9 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
             true,
         )));
     }
-    if let Some(request) = files::read_json::<KillRequest>(dir, files::KILL)? {
+    if let Some(reason) = files::read_kill(dir)? {
         return Ok(Some(never_ran_verdict(
-            stop_outcome(request.reason),
+            stop_outcome(reason),
             "stopped before it started",
             false,
         )));
@@ -194,16 +194,16 @@ fn wait_for_go(
             Ok(Event::Go(false)) | Err(_) => return Ok(Handshake::ServiceGone),
             // A stop request while waiting: the step never starts.
             Ok(Event::Signalled) => {
-                if let Some(request) = files::read_json::<KillRequest>(dir, files::KILL)? {
-                    return Ok(Handshake::Stop(request.reason));
+                if let Some(reason) = files::read_kill(dir)? {
+                    return Ok(Handshake::Stop(reason));
                 }
             }
             Ok(Event::Exited(_)) => {}
         }
     }
     // A stop written just before the go byte.
-    match files::read_json::<KillRequest>(dir, files::KILL)? {
-        Some(request) => Ok(Handshake::Stop(request.reason)),
+    match files::read_kill(dir)? {
+        Some(reason) => Ok(Handshake::Stop(reason)),
         None => Ok(Handshake::Go),
     }
 }
@@ -264,8 +264,8 @@ fn wait_for_end(
             Ok(Event::Signalled) => {
                 // The service asks by writing kill.json first; a bare signal (a stray
                 // `kill`, a terminal hang-up) is not a stop request.
-                if let Some(request) = files::read_json::<KillRequest>(dir, files::KILL)? {
-                    return Ok((stop(pid, grace, events)?, Some(request.reason)));
+                if let Some(reason) = files::read_kill(dir)? {
+                    return Ok((stop(pid, grace, events)?, Some(reason)));
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {

@@ -1,7 +1,7 @@
 //! Scarab as a cooperating sink: step outputs are accepted only from the step's current
 //! attempt, by its own token; a zombie gets 409 stale_fence.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

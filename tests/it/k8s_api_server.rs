@@ -1,7 +1,7 @@
 //! Self-test of the fake Kubernetes API server in tests/k8s_api, driven through the
 //! real `kube` client.
 
-mod k8s_api;
+use crate::k8s_api;
 
 use std::collections::BTreeMap;
 use std::future::poll_fn;

@@ -1,7 +1,7 @@
 //! Crash safety: kill -9 of the real service at awkward moments, then a restart on the
 //! same state dir. No step may run twice, none may be lost.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

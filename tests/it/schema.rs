@@ -3,7 +3,7 @@
 #[test]
 fn committed_schema_matches_the_rust_types() {
     let committed: serde_json::Value =
-        serde_json::from_str(include_str!("../schema/pipeline.schema.json"))
+        serde_json::from_str(include_str!("../../schema/pipeline.schema.json"))
             .expect("schema is JSON");
     let generated = scarab::pipeline::doc::json_schema();
     assert_eq!(

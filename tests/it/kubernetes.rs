@@ -1,8 +1,8 @@
 //! The Kubernetes executor end to end: the real `scarab serve`, the real kube client, and
 //! the faithful API test server with its scripted kubelet.
 
-mod common;
-mod k8s_api;
+use crate::common;
+use crate::k8s_api;
 
 use std::time::Duration;
 

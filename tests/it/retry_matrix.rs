@@ -1,7 +1,7 @@
 //! The retry matrix through the real local executor: real supervisors, real processes,
 //! a real redb file, real HTTP on loopback.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

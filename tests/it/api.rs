@@ -1,6 +1,6 @@
 //! The HTTP API and the CLI contract: bad input, idempotency, auth, listing, cancel, logs.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

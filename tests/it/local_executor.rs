@@ -1,7 +1,7 @@
 //! The local executor on its own: real `scarab supervise` processes, the launch handshake
 //! and re-adoption decisions, without the rest of the service.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -50,14 +50,12 @@ fn executor(attempts: &Path) -> (LocalExecutor, mpsc::Receiver<Report>) {
 fn abort_at_handshake(attempts: &Path, launch: LaunchRecord) {
     let dir = files::attempt_dir(attempts, launch.fence);
     std::fs::create_dir_all(&dir).expect("dir");
-    files::write_json(
+    files::write_spec(
         &dir,
-        files::SPEC,
         &Spec {
             launch,
             kill_grace_ms: 1000,
         },
-        false,
     )
     .expect("spec");
     let status = Command::new(common::BIN)

@@ -2,7 +2,7 @@
 //! `config check`, online backup under load and restore (also from an older backup whose
 //! newer lineage still runs). All against the real `scarab` binary.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::sync::Arc;

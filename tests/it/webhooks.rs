@@ -1,6 +1,6 @@
 //! Signed webhooks delivered through the outbox to real HTTP receivers on loopback.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -1,7 +1,7 @@
 //! Gates and budgets end to end: the real service, real steps, HTTP on loopback, the CLI,
 //! and a kill -9 while timers are due.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::Duration;

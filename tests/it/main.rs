@@ -1,0 +1,22 @@
+//! The integration tests, as one test binary: the kube and axum stacks are linked once.
+//! Each module drives real things: the real `scarab` binary on real state dirs, real
+//! HTTP on loopback, and the real kube client against the Kubernetes API test server
+//! in `k8s_api/`.
+
+mod common;
+mod k8s_api;
+
+mod api;
+mod appliance;
+mod crash;
+mod explain_pod;
+mod fixture_stores;
+mod gates;
+mod k8s_api_server;
+mod kubernetes;
+mod local_executor;
+mod openapi;
+mod outputs;
+mod retry_matrix;
+mod schema;
+mod webhooks;
