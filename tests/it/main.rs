@@ -19,4 +19,5 @@ mod openapi;
 mod outputs;
 mod retry_matrix;
 mod schema;
+mod upgrade;
 mod webhooks;

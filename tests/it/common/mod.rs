@@ -18,6 +18,8 @@ pub struct Server {
     child: Option<Child>,
     port: u16,
     extra_args: Vec<String>,
+    /// The `scarab` executable the service runs (and its supervisors with it).
+    bin: PathBuf,
 }
 
 fn free_port() -> u16 {
@@ -33,6 +35,11 @@ impl Server {
     }
 
     pub fn start_with(state_dir: &Path, extra_args: &[&str]) -> Server {
+        Server::start_binary(Path::new(BIN), state_dir, extra_args)
+    }
+
+    /// The service of another `scarab` executable (an installed copy of the build).
+    pub fn start_binary(bin: &Path, state_dir: &Path, extra_args: &[&str]) -> Server {
         let port = free_port();
         let mut server = Server {
             state_dir: state_dir.to_path_buf(),
@@ -41,6 +48,7 @@ impl Server {
             child: None,
             port,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            bin: bin.to_path_buf(),
         };
         server.spawn();
         server
@@ -53,7 +61,7 @@ impl Server {
             .open(self.state_dir.with_extension("log"))
             .expect("server log");
         std::fs::create_dir_all(&self.state_dir).expect("state dir");
-        let child = Command::new(BIN)
+        let child = Command::new(&self.bin)
             .arg("serve")
             .arg("--state-dir")
             .arg(&self.state_dir)
@@ -268,9 +276,48 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// The service goes, and so does everything it left running: no test leaves a
+    /// supervisor or a step behind.
     fn drop(&mut self) {
         self.kill9();
+        reap_attempts(&self.state_dir.join("attempts"));
     }
+}
+
+/// Kills the supervisor and the step (its whole process group) of every attempt
+/// directory, each only if it is still the process the directory names (its start time
+/// matches, so a reused pid is left alone).
+pub fn reap_attempts(attempts: &Path) {
+    let Ok(entries) = std::fs::read_dir(attempts) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        for (file, group) in [("child.json", true), ("supervisor.json", false)] {
+            let Ok(text) = std::fs::read_to_string(entry.path().join(file)) else {
+                continue;
+            };
+            let Ok(identity) = serde_json::from_str::<Value>(&text) else {
+                continue;
+            };
+            let (Some(pid), Some(ticks)) =
+                (identity["pid"].as_i64(), identity["start_ticks"].as_u64())
+            else {
+                continue;
+            };
+            let pid = pid as i32;
+            if start_ticks(pid) == Some(ticks) {
+                unsafe {
+                    libc::kill(if group { -pid } else { pid }, libc::SIGKILL);
+                }
+            }
+        }
+    }
+}
+
+fn start_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 pub fn agent() -> ureq::Agent {

@@ -1,0 +1,60 @@
+//! Upgrade in place, the way `apt` does it: the service is stopped (SIGTERM) while local
+//! steps run, the executable is replaced on disk by a rename (running supervisors keep
+//! the old file), and the build now at that path starts on the same state dir. The steps
+//! are re-adopted: same attempt, same fence, run once. (Old stores opening with this
+//! build are `fixture_stores`' part.)
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::common::{BIN, Server, attempts, fences};
+
+/// dpkg's way: the new file is written beside the old one and renamed over it.
+fn install(from: &Path, to: &Path) {
+    let staged = to.with_extension("dpkg-new");
+    std::fs::copy(from, &staged).expect("stage the executable");
+    std::fs::rename(&staged, to).expect("rename over the installed one");
+}
+
+#[test]
+fn an_upgrade_in_place_readopts_the_running_steps() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let installed = dir.path().join("bin/scarab");
+    std::fs::create_dir_all(installed.parent().expect("parent")).expect("bin dir");
+    install(Path::new(BIN), &installed);
+    let ran = dir.path().join("ran");
+    std::fs::create_dir_all(&ran).expect("ran dir");
+    let mut server = Server::start_binary(&installed, &dir.path().join("state"), &[]);
+
+    let runs: Vec<String> = (0..3)
+        .map(|i| {
+            server.submit(&format!(
+                "name: upgrade\nsteps:\n  - name: s\n    run: [sh, -c, 'echo $SCARAB_FENCE >> {}/{i}; sleep 3; echo done']\n",
+                ran.display()
+            ))
+        })
+        .collect();
+    let before: Vec<u64> = runs
+        .iter()
+        .map(|id| {
+            let run = server.wait_for(id, Duration::from_secs(30), |run| {
+                attempts(run, 0)
+                    .first()
+                    .is_some_and(|a| a["state"] == "running")
+            });
+            fences(&run, 0)[0]
+        })
+        .collect();
+
+    assert_eq!(server.terminate(), Some(0), "a clean stop");
+    install(Path::new(BIN), &installed);
+    server.resume();
+
+    for (i, (id, fence)) in runs.iter().zip(&before).enumerate() {
+        let run = server.wait_terminal(id, Duration::from_secs(60));
+        assert_eq!(run["state"], "succeeded", "{run:#}");
+        assert_eq!(fences(&run, 0), vec![*fence], "same attempt, same fence");
+        let lines = std::fs::read_to_string(ran.join(i.to_string())).expect("ran");
+        assert_eq!(lines.trim(), fence.to_string(), "the step ran exactly once");
+    }
+}
