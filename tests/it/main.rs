@@ -21,3 +21,4 @@ mod retry_matrix;
 mod schema;
 mod upgrade;
 mod webhooks;
+mod zombies;
