@@ -52,6 +52,11 @@ pub struct Metrics {
     pub sweep_pass_seconds: Histogram,
     pub executor_available: Family<ExecutorLabel, Gauge>,
     pub ready: Gauge,
+    /// Non-terminal runs whose stored records do not decode (or whose pipeline no longer
+    /// validates), as of the last forward-progress check.
+    pub unreadable_runs: Gauge,
+    /// Stored records that failed to decode, counted where they were read.
+    pub unreadable_records: Counter,
 }
 
 impl Default for Metrics {
@@ -87,6 +92,8 @@ impl Metrics {
             ),
             executor_available: Family::default(),
             ready: Gauge::default(),
+            unreadable_runs: Gauge::default(),
+            unreadable_records: Counter::default(),
         };
         registry.register("runs", "Runs by state", metrics.runs.clone());
         registry.register(
@@ -167,6 +174,16 @@ impl Metrics {
             "ready",
             "1 once recovery and re-adoption are done",
             metrics.ready.clone(),
+        );
+        registry.register(
+            "unreadable_runs",
+            "Non-terminal runs whose stored records cannot be read, at the last progress check",
+            metrics.unreadable_runs.clone(),
+        );
+        registry.register(
+            "unreadable_records",
+            "Stored records that failed to decode when read",
+            metrics.unreadable_records.clone(),
         );
         if let Ok(mut slot) = metrics.registry.lock() {
             *slot = registry;

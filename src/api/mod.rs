@@ -138,6 +138,12 @@ async fn authenticate(State(state): State<ApiState>, mut request: Request, next:
 
 /// Prometheus scrapes this; like `/readyz` it needs no token (it names no run).
 async fn metrics(State(state): State<ApiState>) -> Response {
+    // Refreshes the unreadable-runs gauge (the check itself runs at most every few seconds).
+    if state.service.is_ready()
+        && let Err(error) = state.service.progress().await
+    {
+        return ApiError::from(error).into_response();
+    }
     match state.service.metrics_text() {
         Ok(text) => (
             [(
@@ -168,10 +174,18 @@ async fn readyz(State(state): State<ApiState>) -> Response {
         .collect();
     let progress = if state.service.is_ready() {
         match state.service.progress().await {
-            Ok(report) => json!({
-                "runs": report.runs,
-                "stuck": report.stuck.iter().map(|s| json!({"run": s.run.to_string(), "problem": s.problem})).collect::<Vec<_>>(),
-            }),
+            Ok(report) => {
+                let named = |runs: &[crate::engine::Stuck]| {
+                    runs.iter()
+                        .map(|s| json!({"run": s.run.to_string(), "problem": s.problem}))
+                        .collect::<Vec<_>>()
+                };
+                json!({
+                    "runs": report.runs,
+                    "stuck": named(&report.stuck),
+                    "unreadable": named(&report.unreadable),
+                })
+            }
             Err(error) => json!({"error": error.to_string()}),
         }
     } else {

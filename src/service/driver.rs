@@ -207,10 +207,18 @@ impl<E: Executor> Driver<E> {
         self.fences = FenceCounter::starting_at(stored_next);
         self.runs.clear();
         for id in read.active_run_ids()? {
-            let Some(stored) = read.run(id)? else {
-                continue;
+            // One run that cannot be read back must not keep the others from starting: it
+            // is logged, counted and named by /readyz (the progress check), and left as
+            // it is.
+            let stored = match read.run(id) {
+                Ok(Some(stored)) => Ok(stored),
+                Ok(None) => continue,
+                Err(error) => {
+                    self.metrics.unreadable_records.inc();
+                    Err(error.to_string())
+                }
             };
-            match rebuild(stored) {
+            match stored.and_then(rebuild) {
                 Ok(run) => {
                     self.runs.insert(id, run);
                 }

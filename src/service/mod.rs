@@ -400,6 +400,9 @@ impl Service {
         let report = tokio::task::spawn_blocking(move || progress::check(&store))
             .await
             .map_err(|e| StoreError::Corrupt(format!("progress check panicked: {e}")))??;
+        self.metrics
+            .unreadable_runs
+            .set(i64::try_from(report.unreadable.len()).unwrap_or(i64::MAX));
         *last = Some((std::time::Instant::now(), report.clone()));
         Ok(report)
     }

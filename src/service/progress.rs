@@ -14,6 +14,9 @@ pub struct ProgressReport {
     /// Non-terminal runs checked.
     pub runs: usize,
     pub stuck: Vec<Stuck>,
+    /// Non-terminal runs whose stored records cannot be read back (a record that does not
+    /// decode, or a pipeline that no longer validates): named, never silently stuck.
+    pub unreadable: Vec<Stuck>,
 }
 
 /// Checks every non-terminal run against one consistent snapshot of the store.
@@ -22,17 +25,17 @@ pub fn check(store: &Store) -> Result<ProgressReport, StoreError> {
     let launches = read.outbox_launch_fences()?;
     let mut report = ProgressReport::default();
     for id in read.active_run_ids()? {
-        let Some(stored) = read.run(id)? else {
-            continue;
+        let stored = match read.run(id) {
+            Ok(Some(stored)) => Ok(stored),
+            Ok(None) => continue,
+            Err(error) => Err(error.to_string()),
         };
         report.runs += 1;
-        let run = match rebuild(stored) {
+        let run = match stored.and_then(rebuild) {
             Ok(run) => run,
-            Err(error) => {
-                report.stuck.push(Stuck {
-                    run: id,
-                    problem: format!("cannot be restored: {error}"),
-                });
+            Err(problem) => {
+                tracing::error!(run = %id, %problem, "a stored run cannot be read back");
+                report.unreadable.push(Stuck { run: id, problem });
                 continue;
             }
         };

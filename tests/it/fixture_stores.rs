@@ -217,3 +217,51 @@ fn every_fixture_store_carries_on_under_this_build() {
         assert!(fence > old_highest, "fence {fence} not above {old_highest}");
     }
 }
+
+/// A record that does not decode wedges nothing: the service starts, every other run
+/// carries on, and the run is named in `/readyz`, counted in `/metrics` and logged.
+#[test]
+fn a_run_whose_record_does_not_decode_is_named_not_silently_stuck() {
+    let fixture = &fixtures()[0];
+    let temp = tempfile::tempdir().expect("tempdir");
+    let state = copy_state(fixture, temp.path());
+    let expected = expected(fixture);
+    let broken = role(&expected, "waiting");
+    {
+        let steps: redb::TableDefinition<(u128, u16), &[u8]> = redb::TableDefinition::new("steps");
+        let db = redb::Database::create(state.join("scarab.redb")).expect("open");
+        let write = db.begin_write().expect("write");
+        let id: scarab::engine::RunId = broken.parse().expect("run id");
+        write
+            .open_table(steps)
+            .expect("steps")
+            .insert((id.0, 1), [2u8, 0xff, 0xff, 0xff].as_slice())
+            .expect("insert");
+        write.commit().expect("commit");
+    }
+    let server = Server::start(&state);
+    let (status, ready) = server.get("/readyz");
+    assert_eq!(status, 200, "{ready}");
+    let unreadable = ready["progress"]["unreadable"]
+        .as_array()
+        .expect("unreadable");
+    assert_eq!(unreadable.len(), 1, "{ready}");
+    assert_eq!(unreadable[0]["run"], broken.as_str());
+    assert!(
+        unreadable[0]["problem"]
+            .as_str()
+            .unwrap_or("")
+            .contains("step"),
+        "{ready}"
+    );
+    let (_, metrics) = server.get("/metrics");
+    let text = metrics.as_str().expect("text").to_string();
+    assert!(text.contains("scarab_unreadable_runs 1"), "{text}");
+    assert!(server.log().contains("cannot restore a stored run"));
+    // Everything else carries on.
+    let id = role(&expected, "running");
+    let run = server.wait_terminal(&id, Duration::from_secs(30));
+    assert_eq!(attempts(&run, 0)[0]["class"], "lost");
+    let (status, _) = server.get(&format!("/v1/runs/{broken}"));
+    assert_eq!(status, 500);
+}
