@@ -3,6 +3,9 @@
 
 pub mod auth;
 pub mod dto;
+mod errors;
+
+pub use errors::ApiError;
 
 use std::sync::Arc;
 
@@ -19,10 +22,10 @@ use serde_json::json;
 
 use crate::engine::{RunId, RunState};
 use crate::limits;
-use crate::pipeline::{self, FieldError, Format};
-use crate::service::{CancelError, Service, SubmitError, driver_rebuild};
+use crate::pipeline::{self, Format};
+use crate::service::{Service, driver_rebuild};
+use crate::store::RunQuery;
 use crate::store::records::{PipelineSource, SourceFormat};
-use crate::store::{RunQuery, StoreError};
 
 #[derive(Clone)]
 pub struct ApiState {
@@ -59,58 +62,6 @@ pub fn router(state: ApiState) -> Router {
         // Spelled out: bodies above this are refused with 413 before they are read.
         .layer(DefaultBodyLimit::max(limits::API_BODY_MAX_BYTES))
         .with_state(state)
-}
-
-/// A JSON error: `{"error": …, "field": …?, "errors": […]?}`.
-#[derive(Debug)]
-pub struct ApiError {
-    status: StatusCode,
-    body: serde_json::Value,
-}
-
-impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            body: json!({"error": message.into()}),
-        }
-    }
-
-    fn invalid(errors: &[FieldError]) -> ApiError {
-        let first = errors.first();
-        let list: Vec<_> = errors
-            .iter()
-            .map(|e| json!({"field": e.field, "line": e.line, "message": e.message}))
-            .collect();
-        ApiError {
-            status: StatusCode::UNPROCESSABLE_ENTITY,
-            body: json!({
-                "error": first.map(ToString::to_string).unwrap_or_else(|| "invalid pipeline".into()),
-                "field": first.map(|e| e.field.clone()),
-                "errors": list,
-            }),
-        }
-    }
-
-    fn field(status: StatusCode, field: &str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            body: json!({"error": message.into(), "field": field}),
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.status, Json(self.body)).into_response()
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(error: StoreError) -> Self {
-        tracing::error!(%error, "store error serving a request");
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
-    }
 }
 
 async fn authenticate(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {
@@ -258,18 +209,7 @@ async fn submit(
     let submitted = state
         .service
         .submit(source, Arc::new(outcome.pipeline), origin, idempotency_key)
-        .await
-        .map_err(|e| match e {
-            SubmitError::ShuttingDown => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
-            }
-            SubmitError::Store(_) => {
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
-            }
-            SubmitError::IdempotencyConflict(_) => {
-                ApiError::field(StatusCode::CONFLICT, "Idempotency-Key", e.to_string())
-            }
-        })?;
+        .await?;
     let body = json!({"id": submitted.id.to_string(), "warnings": outcome.warnings, "existing": submitted.existing});
     // A replay answers 200 with the run the key first created; a new run is 201.
     let status = if submitted.existing {
@@ -516,12 +456,7 @@ async fn cancel(
     };
     let by = body.by.unwrap_or_else(|| "api".to_string());
     let by = limits::clip(&by, limits::ORIGIN_MAX_BYTES);
-    state.service.cancel(run, by).await.map_err(|e| match e {
-        CancelError::NotFound(_) => ApiError::new(StatusCode::NOT_FOUND, e.to_string()),
-        CancelError::Rejected(_) => ApiError::new(StatusCode::CONFLICT, e.to_string()),
-        CancelError::ShuttingDown => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
-        CancelError::Store(_) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    })?;
+    state.service.cancel(run, by).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"id": run.to_string(), "cancel": "requested"})),
@@ -579,11 +514,7 @@ async fn release_run(
         action.by.as_deref().unwrap_or(&caller.name),
         limits::ORIGIN_MAX_BYTES,
     );
-    state
-        .service
-        .release(run, by)
-        .await
-        .map_err(run_action_error)?;
+    state.service.release(run, by).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"id": run.to_string(), "requeued": true})),
@@ -605,27 +536,12 @@ async fn discard_run(
         action.by.as_deref().unwrap_or(&caller.name),
         limits::ORIGIN_MAX_BYTES,
     );
-    state
-        .service
-        .discard_run(run, by, reason)
-        .await
-        .map_err(run_action_error)?;
+    state.service.discard_run(run, by, reason).await?;
     Ok((
         StatusCode::OK,
         Json(json!({"id": run.to_string(), "discarded": true})),
     )
         .into_response())
-}
-
-fn run_action_error(error: crate::service::RunActionError) -> ApiError {
-    use crate::service::RunActionError;
-    let status = match &error {
-        RunActionError::NotFound(_) => StatusCode::NOT_FOUND,
-        RunActionError::Rejected(_) => StatusCode::CONFLICT,
-        RunActionError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
-        RunActionError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    ApiError::new(status, error.to_string())
 }
 
 #[derive(Deserialize, Default)]
@@ -663,8 +579,6 @@ async fn decide_gate(
     body: Result<Bytes, BytesRejection>,
     approve: bool,
 ) -> Result<Response, ApiError> {
-    use crate::engine::RejectedInput;
-    use crate::service::DecideError;
     let run = parse_run_id(&id)?;
     let body = body.map_err(|r| ApiError::new(r.status(), r.body_text()))?;
     let body: DecideBody = if body.iter().all(u8::is_ascii_whitespace) {
@@ -715,23 +629,7 @@ async fn decide_gate(
             caller.name.clone(),
             body.comment,
         )
-        .await
-        .map_err(|e| match &e {
-            DecideError::RunNotFound(_) => ApiError::new(StatusCode::NOT_FOUND, e.to_string()),
-            DecideError::StepNotFound { .. } => {
-                ApiError::field(StatusCode::NOT_FOUND, "step", e.to_string())
-            }
-            DecideError::Rejected(RejectedInput::NotAGate(_)) => {
-                ApiError::field(StatusCode::BAD_REQUEST, "step", e.to_string())
-            }
-            DecideError::Rejected(_) => ApiError::new(StatusCode::CONFLICT, e.to_string()),
-            DecideError::ShuttingDown => {
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
-            }
-            DecideError::Store(_) => {
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
-            }
-        })?;
+        .await?;
     tracing::info!(%run, step, decision = decided.outcome.as_str(), by = %decided.by, caller = %decided.caller, "gate decided");
     Ok(Json(json!({
         "run": run.to_string(),
@@ -975,17 +873,6 @@ fn dlq_action(body: Result<Bytes, BytesRejection>) -> Result<DlqAction, ApiError
     })
 }
 
-fn dlq_error(error: crate::service::DlqError) -> ApiError {
-    use crate::service::DlqError;
-    let status = match &error {
-        DlqError::NotFound(_) => StatusCode::NOT_FOUND,
-        DlqError::Rejected(_) => StatusCode::CONFLICT,
-        DlqError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
-        DlqError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    ApiError::new(status, error.to_string())
-}
-
 async fn requeue_dead_letter(
     State(state): State<ApiState>,
     Path(id): Path<String>,
@@ -997,7 +884,7 @@ async fn requeue_dead_letter(
         action.by.as_deref().unwrap_or("api"),
         limits::ORIGIN_MAX_BYTES,
     );
-    state.service.requeue(id, by).await.map_err(dlq_error)?;
+    state.service.requeue(id, by).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"id": id, "requeued": true})),
@@ -1017,11 +904,7 @@ async fn discard_dead_letter(
         action.by.as_deref().unwrap_or("api"),
         limits::ORIGIN_MAX_BYTES,
     );
-    state
-        .service
-        .discard(id, by, reason)
-        .await
-        .map_err(dlq_error)?;
+    state.service.discard(id, by, reason).await?;
     Ok((StatusCode::OK, Json(json!({"id": id, "discarded": true}))).into_response())
 }
 
@@ -1077,18 +960,11 @@ async fn put_outputs(
     };
     let body = body.map_err(|r| ApiError::new(r.status(), r.body_text()))?;
     let outputs = parse_outputs(&body)?;
-    match state.service.set_outputs(run, index, fence, outputs).await {
-        Ok(()) => Ok(Json(json!({"stored": true, "fence": fence.0})).into_response()),
-        Err(crate::service::OutputError::StaleFence { current }) => Ok((
-            StatusCode::CONFLICT,
-            Json(json!({"error": "stale_fence", "current": current.map(|f| f.0)})),
-        )
-            .into_response()),
-        Err(error) => Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            error.to_string(),
-        )),
-    }
+    state
+        .service
+        .set_outputs(run, index, fence, outputs)
+        .await?;
+    Ok(Json(json!({"stored": true, "fence": fence.0})).into_response())
 }
 
 fn parse_outputs(body: &[u8]) -> Result<Vec<(String, String)>, ApiError> {

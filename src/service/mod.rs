@@ -7,6 +7,7 @@ mod dispatch;
 mod driver;
 mod history;
 pub mod progress;
+pub mod protocol;
 pub mod sweep;
 #[cfg(test)]
 mod sweep_tests;
@@ -28,9 +29,12 @@ use crate::pipeline::Pipeline;
 use crate::store::records::PipelineSource;
 use crate::store::{Store, StoreError};
 
-pub use driver::{
-    CancelError, DecideError, Decided, DlqError, OutputError, RunActionError, SubmitError,
-    Submitted, parse_stored, rebuild as driver_rebuild,
+pub use driver::{parse_stored, rebuild as driver_rebuild};
+use protocol::{Answer, Command};
+pub use protocol::{
+    DecideError, DecideRejected, Decided, DeliveryFailure, DlqError, DlqRejected, OutputError,
+    OutputRejected, RunActionError, RunRejected, ServiceError, SubmitError, SubmitRejected,
+    Submitted,
 };
 
 /// Global settings of a service instance.
@@ -129,82 +133,6 @@ pub enum StartError {
     Store(#[from] StoreError),
     #[error("executor: {0}")]
     Executor(String),
-}
-
-enum Command {
-    Submit {
-        source: PipelineSource,
-        pipeline: Arc<Pipeline>,
-        origin: String,
-        idempotency_key: Option<String>,
-        reply: oneshot::Sender<Result<Submitted, SubmitError>>,
-    },
-    Cancel {
-        run: RunId,
-        by: String,
-        reply: oneshot::Sender<Result<(), CancelError>>,
-    },
-    SetOutputs {
-        run: RunId,
-        step: usize,
-        fence: crate::engine::Fence,
-        outputs: Vec<(String, String)>,
-        reply: oneshot::Sender<Result<(), OutputError>>,
-    },
-    Requeue {
-        id: u64,
-        by: String,
-        reply: oneshot::Sender<Result<(), DlqError>>,
-    },
-    /// Answered by the driver loop: proof it is alive (the systemd watchdog).
-    Ping { reply: oneshot::Sender<()> },
-    /// One auto-retry pass over candidates read from the index.
-    Sweep {
-        candidates: Vec<(crate::engine::Timestamp, RunId)>,
-        reply: oneshot::Sender<sweep::PassOutcome>,
-    },
-    /// An operator releases a quarantined run: a fresh try, like a sweep's resubmit.
-    Release {
-        run: RunId,
-        by: String,
-        reply: oneshot::Sender<Result<(), RunActionError>>,
-    },
-    /// An operator discards a quarantined run: it stays dead-lettered for good.
-    DiscardRun {
-        run: RunId,
-        by: String,
-        reason: String,
-        reply: oneshot::Sender<Result<(), RunActionError>>,
-    },
-    Decide {
-        run: RunId,
-        step: String,
-        approve: bool,
-        by: String,
-        caller: String,
-        comment: Option<String>,
-        reply: oneshot::Sender<Result<Decided, DecideError>>,
-    },
-    Discard {
-        id: u64,
-        by: String,
-        reason: String,
-        reply: oneshot::Sender<Result<(), DlqError>>,
-    },
-    /// An outbox delivery finished.
-    Delivered {
-        message: u64,
-        result: Result<(), DeliveryFailure>,
-    },
-}
-
-/// Why a delivery failed, as the driver records it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeliveryFailure {
-    pub error: String,
-    /// The executor could not be reached or refused (as opposed to a message it cannot
-    /// act on): exhausting such deliveries is `executor_unavailable`, else `outbox_poison`.
-    pub unavailable: bool,
 }
 
 /// A handle to a running service. Cheap to clone.
@@ -451,7 +379,7 @@ impl Service {
         origin: String,
         idempotency_key: Option<String>,
     ) -> Result<Submitted, SubmitError> {
-        self.ask(|reply| Command::Submit {
+        self.request(|reply| Command::Submit {
             source,
             pipeline,
             origin,
@@ -459,26 +387,23 @@ impl Service {
             reply,
         })
         .await
-        .map_err(|_| SubmitError::ShuttingDown)?
     }
 
     /// Puts a dead letter back in the outbox with a fresh delivery budget.
     pub async fn requeue(&self, id: u64, by: String) -> Result<(), DlqError> {
-        self.ask(|reply| Command::Requeue { id, by, reply })
+        self.request(|reply| Command::Requeue { id, by, reply })
             .await
-            .map_err(|_| DlqError::ShuttingDown)?
     }
 
     /// Drops a dead letter for good; the reason is kept in the run's history.
     pub async fn discard(&self, id: u64, by: String, reason: String) -> Result<(), DlqError> {
-        self.ask(|reply| Command::Discard {
+        self.request(|reply| Command::Discard {
             id,
             by,
             reason,
             reply,
         })
         .await
-        .map_err(|_| DlqError::ShuttingDown)?
     }
 
     /// Stores outputs for the step's attempt with this fence, if it is the current one.
@@ -489,7 +414,7 @@ impl Service {
         fence: crate::engine::Fence,
         outputs: Vec<(String, String)>,
     ) -> Result<(), OutputError> {
-        self.ask(|reply| Command::SetOutputs {
+        self.request(|reply| Command::SetOutputs {
             run,
             step,
             fence,
@@ -497,7 +422,6 @@ impl Service {
             reply,
         })
         .await
-        .map_err(|_| OutputError::ShuttingDown)?
     }
 
     /// Approves or rejects the gate `step` of `run`; `caller` is the authenticated identity
@@ -511,7 +435,7 @@ impl Service {
         caller: String,
         comment: Option<String>,
     ) -> Result<Decided, DecideError> {
-        self.ask(|reply| Command::Decide {
+        self.request(|reply| Command::Decide {
             run,
             step,
             approve,
@@ -521,12 +445,22 @@ impl Service {
             reply,
         })
         .await
-        .map_err(|_| DecideError::ShuttingDown)?
     }
 
     /// Answers once the driver loop has taken this command: it is not wedged.
     pub async fn ping(&self) -> Result<(), ShuttingDown> {
         self.ask(|reply| Command::Ping { reply }).await
+    }
+
+    /// Sends a request and waits for the driver's answer: the domain's, or the store's
+    /// failure, or `ShuttingDown` when the driver is gone.
+    async fn request<T, E: std::error::Error + 'static>(
+        &self,
+        command: impl FnOnce(Answer<T, E>) -> Command,
+    ) -> Result<T, ServiceError<E>> {
+        self.ask(command)
+            .await
+            .map_err(|_| ServiceError::ShuttingDown)?
     }
 
     /// Sends the command built around a reply channel and waits for the driver's answer.
@@ -544,9 +478,8 @@ impl Service {
 
     /// Releases a quarantined run for a fresh try.
     pub async fn release(&self, run: RunId, by: String) -> Result<(), RunActionError> {
-        self.ask(|reply| Command::Release { run, by, reply })
+        self.request(|reply| Command::Release { run, by, reply })
             .await
-            .map_err(|_| RunActionError::ShuttingDown)?
     }
 
     /// Discards a quarantined run: it is never auto-retried again.
@@ -556,14 +489,13 @@ impl Service {
         by: String,
         reason: String,
     ) -> Result<(), RunActionError> {
-        self.ask(|reply| Command::DiscardRun {
+        self.request(|reply| Command::DiscardRun {
             run,
             by,
             reason,
             reply,
         })
         .await
-        .map_err(|_| RunActionError::ShuttingDown)?
     }
 
     /// One auto-retry pass now, whether or not the sweep is enabled (the periodic task
@@ -574,9 +506,8 @@ impl Service {
         sweep::pass(&self.store, &self.commands, &settings, &stats).await
     }
 
-    pub async fn cancel(&self, run: RunId, by: String) -> Result<(), CancelError> {
-        self.ask(|reply| Command::Cancel { run, by, reply })
+    pub async fn cancel(&self, run: RunId, by: String) -> Result<(), RunActionError> {
+        self.request(|reply| Command::Cancel { run, by, reply })
             .await
-            .map_err(|_| CancelError::ShuttingDown)?
     }
 }

@@ -223,6 +223,17 @@ impl WriteTx {
         Ok(())
     }
 
+    /// A run's header as this transaction sees it (its own writes included).
+    pub fn run_header(&self, run: RunId) -> Result<Option<RunHeader>, StoreError> {
+        read_run_header(&self.inner, run)
+    }
+
+    /// A whole run as this transaction sees it: the writer reads what it writes, never
+    /// through a read transaction of its own.
+    pub fn run(&self, run: RunId) -> Result<Option<StoredRun>, StoreError> {
+        read_run(&self.inner, run)
+    }
+
     fn meta(&self, key: &str) -> Result<Option<u64>, StoreError> {
         let table = self.inner.open_table(META)?;
         Ok(table.get(key)?.map(|v| v.value()))
@@ -503,57 +514,12 @@ impl ReadTx {
     }
 
     pub fn run_header(&self, run: RunId) -> Result<Option<RunHeader>, StoreError> {
-        let table = self.inner.open_table(RUNS)?;
-        let value = table.get(run.0)?;
-        value
-            .map(|v| codec::decode(v.value()).map_err(StoreError::from))
-            .transpose()
+        read_run_header(&self.inner, run)
     }
 
     /// The whole run: header, source, steps and attempts.
     pub fn run(&self, run: RunId) -> Result<Option<StoredRun>, StoreError> {
-        let Some(header) = self.run_header(run)? else {
-            return Ok(None);
-        };
-        let pipelines = self.inner.open_table(PIPELINES)?;
-        let source = pipelines
-            .get(run.0)?
-            .ok_or_else(|| StoreError::Corrupt(format!("run {run} has no pipeline")))?;
-        let source: PipelineSource = codec::decode(source.value())?;
-        let mut steps: Vec<StepProgress> = Vec::new();
-        for entry in self
-            .inner
-            .open_table(STEPS)?
-            .range((run.0, 0)..=(run.0, u16::MAX))?
-        {
-            let (key, value) = entry?;
-            if usize::from(key.value().1) != steps.len() {
-                return Err(StoreError::Corrupt(format!(
-                    "run {run} has a gap in its steps"
-                )));
-            }
-            steps.push(codec::decode::<StepProgress>(value.value())?);
-        }
-        let attempts = self.inner.open_table(ATTEMPTS)?;
-        for entry in attempts.range((run.0, 0, 0)..=(run.0, u16::MAX, u32::MAX))? {
-            let (key, value) = entry?;
-            let (_, step, number) = key.value();
-            let attempt: Attempt = codec::decode(value.value())?;
-            let progress = steps.get_mut(usize::from(step)).ok_or_else(|| {
-                StoreError::Corrupt(format!("run {run} attempt of unknown step {step}"))
-            })?;
-            if attempt.number != number || number as usize != progress.attempts.len() + 1 {
-                return Err(StoreError::Corrupt(format!(
-                    "run {run} step {step} attempt numbering"
-                )));
-            }
-            progress.attempts.push(attempt);
-        }
-        Ok(Some(StoredRun {
-            header,
-            source,
-            steps,
-        }))
+        read_run(&self.inner, run)
     }
 
     /// Runs newest first (by id when unfiltered, by update time within a state).
@@ -771,6 +737,107 @@ impl ReadTx {
         }
         Ok(keys)
     }
+}
+
+/// The tables of a read or a write transaction, for the reads both make.
+trait Tables {
+    fn table<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &self,
+        definition: TableDefinition<'_, K, V>,
+    ) -> Result<impl ReadableTable<K, V> + '_, StoreError>;
+}
+
+impl Tables for redb::ReadTransaction {
+    fn table<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &self,
+        definition: TableDefinition<'_, K, V>,
+    ) -> Result<impl ReadableTable<K, V> + '_, StoreError> {
+        Ok(self.open_table(definition)?)
+    }
+}
+
+impl Tables for redb::WriteTransaction {
+    fn table<K: redb::Key + 'static, V: redb::Value + 'static>(
+        &self,
+        definition: TableDefinition<'_, K, V>,
+    ) -> Result<impl ReadableTable<K, V> + '_, StoreError> {
+        Ok(self.open_table(definition)?)
+    }
+}
+
+fn read_run_header(tables: &impl Tables, run: RunId) -> Result<Option<RunHeader>, StoreError> {
+    let table = tables.table(RUNS)?;
+    let value = table.get(run.0)?;
+    value
+        .map(|v| codec::decode(v.value()).map_err(StoreError::from))
+        .transpose()
+}
+
+/// A run from its rows, checked as it is assembled (the load half of the pair checks):
+/// steps without gaps, attempts numbered from 1 without gaps with fences that only go
+/// up, the current try within the attempts, and only a step's last attempt in flight.
+fn read_run(tables: &impl Tables, run: RunId) -> Result<Option<StoredRun>, StoreError> {
+    let Some(header) = read_run_header(tables, run)? else {
+        return Ok(None);
+    };
+    if header.id != run {
+        return Err(StoreError::Corrupt(format!(
+            "run {run}: its header names run {}",
+            header.id
+        )));
+    }
+    let corrupt = |problem: String| StoreError::Corrupt(format!("run {run}: {problem}"));
+    let source = tables
+        .table(PIPELINES)?
+        .get(run.0)?
+        .ok_or_else(|| corrupt("no pipeline".into()))
+        .and_then(|v| Ok(codec::decode::<PipelineSource>(v.value())?))?;
+    let mut steps: Vec<StepProgress> = Vec::new();
+    for entry in tables.table(STEPS)?.range((run.0, 0)..=(run.0, u16::MAX))? {
+        let (key, value) = entry?;
+        if usize::from(key.value().1) != steps.len() {
+            return Err(corrupt("a gap in its steps".into()));
+        }
+        steps.push(codec::decode::<StepProgress>(value.value())?);
+    }
+    for entry in tables
+        .table(ATTEMPTS)?
+        .range((run.0, 0, 0)..=(run.0, u16::MAX, u32::MAX))?
+    {
+        let (key, value) = entry?;
+        let (_, step, number) = key.value();
+        let attempt: Attempt = codec::decode(value.value())?;
+        let progress = steps
+            .get_mut(usize::from(step))
+            .ok_or_else(|| corrupt(format!("an attempt of unknown step {step}")))?;
+        if attempt.number != number || number as usize != progress.attempts.len() + 1 {
+            return Err(corrupt(format!("step {step} attempt numbering")));
+        }
+        if let Some(previous) = progress.attempts.last() {
+            if previous.fence >= attempt.fence {
+                return Err(corrupt(format!("step {step}: fences do not go up")));
+            }
+            if previous.is_in_flight() {
+                return Err(corrupt(format!(
+                    "step {step}: attempt {} is in flight but not the last",
+                    previous.number
+                )));
+            }
+        }
+        progress.attempts.push(attempt);
+    }
+    for (step, progress) in steps.iter().enumerate() {
+        if progress.try_start > progress.attempts.len() {
+            return Err(corrupt(format!(
+                "step {step}: its try starts past its attempts"
+            )));
+        }
+    }
+    Ok(Some(StoredRun {
+        header,
+        source,
+        steps,
+    }))
 }
 
 /// Rows per table, by table name.

@@ -1,0 +1,345 @@
+//! One input fed to the engine and everything it decided written into the open transaction: history, outbox messages, timers, and at the end of the batch each touched run's rows.
+
+use super::*;
+
+impl<E: Executor> Driver<E> {
+    pub(super) fn on_report(
+        &mut self,
+        tx: &mut WriteTx,
+        report: Report,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        let input = Input::Verdict {
+            step: report.step,
+            fence: report.fence,
+            verdict: report.verdict,
+        };
+        let _ = self.apply_input(tx, report.run, input, now, batch)?;
+        Ok(())
+    }
+
+    /// Feeds one input to the engine for a non-terminal run. Inputs for runs that are no
+    /// longer active (a late duplicate verdict, a stale timer) are dropped.
+    pub(super) fn apply_input(
+        &mut self,
+        tx: &mut WriteTx,
+        id: RunId,
+        input: Input,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<Result<(), RejectedInput>, StoreError> {
+        let Some(run) = self.runs.get_mut(&id) else {
+            return Ok(Ok(()));
+        };
+        let previous = Some((run.header.state, run.header.updated_at));
+        let previous_sweep_key = sweep_key(run);
+        // The first touch in a batch remembers what the store holds; a run submitted in
+        // this batch was entered with `previous: None` and keeps it.
+        batch.touched.entry(id).or_insert_with(|| Touched {
+            previous,
+            previous_sweep_key,
+            ..Touched::default()
+        });
+        match self.engine.handle(run, &mut self.fences, input, now) {
+            Ok(effects) => {
+                self.record(tx, id, effects, now, batch)?;
+                Ok(Ok(()))
+            }
+            Err(rejected) => Ok(Err(rejected)),
+        }
+    }
+
+    /// Writes an input's history and intents (outbox messages, timers) into the open
+    /// transaction, and notes which rows of the run to rewrite at the end of the batch.
+    pub(super) fn record(
+        &mut self,
+        tx: &mut WriteTx,
+        id: RunId,
+        effects: Effects,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        let Some(run) = self.runs.get(&id) else {
+            return Ok(());
+        };
+        let mut state_changes = Vec::new();
+        let mut gates_opened = Vec::new();
+        for event in &effects.events {
+            if !tx.append_history(id, &history::record(run, event, now))? {
+                tracing::warn!(run = %id, limit = limits::HISTORY_EVENTS_PER_RUN_MAX, "history full: event not recorded");
+            }
+            match event {
+                crate::engine::Event::RunState { from, to } => {
+                    batch.counts.push(Count::RunEntered(*to));
+                    state_changes.push((*from, *to));
+                }
+                crate::engine::Event::GateOpened { step } => gates_opened.push(*step),
+                crate::engine::Event::AttemptFinished { class, .. } => batch
+                    .counts
+                    .push(Count::AttemptFinished(class.map_or("none", |c| c.as_str()))),
+                crate::engine::Event::RetryScheduled { .. } => batch.counts.push(Count::Retry),
+                _ => {}
+            }
+        }
+        for (from, to) in state_changes {
+            self.notify_run_state(tx, id, from, to, now, batch)?;
+        }
+        for step in gates_opened {
+            self.notify_gate(tx, id, step, now, batch)?;
+        }
+        let Some(run) = self.runs.get(&id) else {
+            return Ok(());
+        };
+        for intent in effects.intents {
+            match intent {
+                Intent::Launch(mut order) => {
+                    self.add_step_token(&mut order);
+                    let Some(action) = LaunchAction::of(&order.action) else {
+                        tracing::error!(run = %id, step = order.step, "bug: a launch for a gate step; ignored");
+                        continue;
+                    };
+                    let launch = LaunchRecord {
+                        run: order.run,
+                        step: step_key(order.step)?,
+                        step_name: order.step_name,
+                        attempt: order.attempt,
+                        fence: order.fence,
+                        timeout_ms: u64::try_from(order.timeout.as_millis()).unwrap_or(u64::MAX),
+                        action,
+                    };
+                    self.enqueue(tx, OutboxPayload::Launch(launch), now, batch)?;
+                }
+                Intent::Kill {
+                    step,
+                    fence,
+                    reason,
+                } => {
+                    let Some(executor) = ExecutorKind::of(&run.pipeline.steps[step].action) else {
+                        tracing::error!(run = %id, step, "bug: a kill for a gate step; ignored");
+                        continue;
+                    };
+                    let payload = OutboxPayload::Kill {
+                        run: id,
+                        step: step_key(step)?,
+                        fence,
+                        reason,
+                        executor,
+                    };
+                    self.enqueue(tx, payload, now, batch)?;
+                }
+                Intent::ScheduleTimer { due, timer } => {
+                    tx.insert_timer(timer_key(id, due, timer)?)?
+                }
+                Intent::CancelTimer { due, timer } => {
+                    tx.delete_timer(timer_key(id, due, timer)?)?;
+                }
+            }
+        }
+        let touched = batch.touched.entry(id).or_default();
+        touched.steps.extend(effects.steps_changed);
+        touched.attempts.extend(effects.attempts_changed);
+        Ok(())
+    }
+
+    /// Local steps get the API's URL and their attempt's token, for `scarab output set`.
+    /// (A Pod cannot reach a loopback API; Pod steps get neither.)
+    pub(super) fn add_step_token(&self, order: &mut crate::engine::LaunchOrder) {
+        let Some(tokens) = &self.settings.step_tokens else {
+            return;
+        };
+        if let crate::pipeline::StepAction::Local(command) = &mut order.action {
+            let token = tokens.token(order.run, order.step, order.fence);
+            command.env.push(("SCARAB_URL".into(), tokens.url.clone()));
+            command.env.push(("SCARAB_STEP_TOKEN".into(), token));
+        }
+    }
+
+    /// Webhook events for a run's state change, and the operator alert when it is
+    /// dead-lettered.
+    pub(super) fn notify_run_state(
+        &self,
+        tx: &mut WriteTx,
+        id: RunId,
+        from: RunState,
+        to: RunState,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        if to == RunState::DeadLettered {
+            tracing::error!(run = %id, "operator alert: run dead-lettered");
+        }
+        if self.settings.live().webhooks.is_empty() {
+            return Ok(());
+        }
+        let Some(run) = self.runs.get(&id) else {
+            return Ok(());
+        };
+        let mut kinds = vec![WebhookEvent::RunState];
+        if to == RunState::DeadLettered {
+            kinds.push(WebhookEvent::DeadLettered);
+        }
+        if to == RunState::Quarantined {
+            kinds.push(WebhookEvent::Quarantined);
+        }
+        for kind in kinds {
+            let event_id = webhooks::new_event_id();
+            let body = webhooks::run_event(kind, &event_id, run, from.as_str(), now);
+            self.notify(tx, id, kind, &event_id, &body, now, batch)?;
+        }
+        Ok(())
+    }
+
+    /// A `gate_waiting` webhook event for a gate that opened.
+    pub(super) fn notify_gate(
+        &self,
+        tx: &mut WriteTx,
+        id: RunId,
+        step: usize,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        let Some(run) = self.runs.get(&id) else {
+            return Ok(());
+        };
+        tracing::info!(run = %id, step = %run.pipeline.steps[step].name, "gate waiting for a decision");
+        if self.settings.live().webhooks.is_empty() {
+            return Ok(());
+        }
+        let event_id = webhooks::new_event_id();
+        let body = webhooks::gate_event(&event_id, run, step, now);
+        self.notify(
+            tx,
+            id,
+            WebhookEvent::GateWaiting,
+            &event_id,
+            &body,
+            now,
+            batch,
+        )
+    }
+
+    /// One outbox message per webhook subscribed to `kind`, all with the same event id.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn notify(
+        &self,
+        tx: &mut WriteTx,
+        run: RunId,
+        kind: WebhookEvent,
+        event_id: &str,
+        body: &str,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        let live = self.settings.live();
+        for hook in live.webhooks.iter().filter(|h| h.events.contains(&kind)) {
+            let payload = OutboxPayload::Webhook {
+                run,
+                url: hook.url.clone(),
+                event_id: event_id.to_string(),
+                body: body.to_string(),
+                alert: matches!(kind, WebhookEvent::DeadLettered | WebhookEvent::Quarantined),
+            };
+            self.enqueue(tx, payload, now, batch)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn enqueue(
+        &self,
+        tx: &mut WriteTx,
+        payload: OutboxPayload,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        tx.outbox_insert(OutboxMessage {
+            id: 0,
+            payload,
+            created_at: now,
+            next_at: now,
+            delivery_attempts: 0,
+            max_deliveries: self.settings.max_deliveries,
+            last_error: None,
+        })?;
+        batch.new_messages += 1;
+        Ok(())
+    }
+
+    /// Rewrites each touched run once: header (and its state index), changed steps and
+    /// changed attempts (and the in-flight index).
+    /// A run that became terminal also gets its retention timer here.
+    pub(super) fn flush(
+        &self,
+        tx: &mut WriteTx,
+        batch: &Batch,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        for (id, touched) in &batch.touched {
+            let Some(run) = self.runs.get(id) else {
+                continue;
+            };
+            tx.put_run(&run.header, touched.previous)?;
+            // The auto-retry index holds exactly the dead-lettered runs the sweep may act on.
+            let key = sweep_key(run);
+            if touched.previous_sweep_key != key {
+                if let Some(at) = touched.previous_sweep_key {
+                    tx.auto_retry_index_delete(at, *id)?;
+                }
+                if let Some(at) = key {
+                    tx.auto_retry_index_put(at, *id)?;
+                }
+            }
+            // Every arrival in a terminal state (also from another one: quarantined,
+            // discarded) starts the retention clock again; earlier timers find the run
+            // updated since and leave it.
+            let arrived = touched.previous.map(|(state, _)| state) != Some(run.header.state);
+            if run.header.state.is_terminal() && arrived {
+                tx.insert_timer(TimerKey {
+                    due: now.plus(self.settings.log_retention),
+                    run: *id,
+                    step: 0,
+                    kind: TimerKind::Retention,
+                    fence: crate::engine::Fence(0),
+                })?;
+            }
+            for &step in &touched.steps {
+                tx.put_step(*id, step, &run.steps[step])?;
+            }
+            for &(step, index) in &touched.attempts {
+                tx.put_attempt(*id, step, &run.steps[step].attempts[index])?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A run's key in the auto-retry index: a dead-lettered run whose failure is
+/// auto-retryable and that no operator discarded.
+pub(super) fn sweep_key(run: &Run) -> Option<Timestamp> {
+    let retry = &run.header.auto_retry;
+    let candidate = run.header.state == RunState::DeadLettered
+        && retry.discarded.is_none()
+        && crate::engine::classify_run(run).is_some_and(|c| c.auto_retryable);
+    retry.eligible_at.filter(|_| candidate)
+}
+
+pub(crate) fn timer_key(run: RunId, due: Timestamp, timer: Timer) -> Result<TimerKey, StoreError> {
+    let (step, kind, fence) = match timer {
+        Timer::RetryDue { step } => (step, TimerKind::RetryDue, crate::engine::Fence(0)),
+        Timer::Backstop { step, fence } => (step, TimerKind::Backstop, fence),
+        Timer::GateRelease { step } => (step, TimerKind::GateRelease, crate::engine::Fence(0)),
+        Timer::GateExpiry { step } => (step, TimerKind::GateExpiry, crate::engine::Fence(0)),
+        Timer::Budget => (0, TimerKind::Budget, crate::engine::Fence(0)),
+    };
+    Ok(TimerKey {
+        due,
+        run,
+        step: step_key(step)?,
+        kind,
+        fence,
+    })
+}
+
+pub(super) fn step_key(step: usize) -> Result<u16, StoreError> {
+    u16::try_from(step).map_err(|_| StoreError::Corrupt(format!("step index {step} out of range")))
+}

@@ -1,0 +1,234 @@
+//! The driver loop: the only caller of the engine and the only writer of the store.
+//!
+//! It folds every input that is waiting (up to `COMMIT_BATCH_MAX`) into one write
+//! transaction (group commit): runs' new state, history, outbox messages and timers land
+//! together, durably, before any reply is sent or any message is dispatched. Every read
+//! the driver makes while a batch is open goes through that write transaction, so the
+//! batch sees its own writes.
+//!
+//! Layout: this file is the loop and the group commit; `recovery` loads the store and
+//! re-adopts at start; `commands` answers the service's commands; `deliveries` settles
+//! outbox deliveries, dead letters and due timers; `effects` feeds one input to the
+//! engine and writes what it decided (history, outbox messages, timers, rows).
+
+mod commands;
+mod deliveries;
+mod effects;
+mod recovery;
+
+pub(crate) use effects::timer_key;
+pub use recovery::{parse_stored, rebuild};
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+
+use super::dispatch::{Outbox, redelivery_delay};
+use super::protocol::{
+    Answer, Command, DecideRejected, Decided, DeliveryFailure, DlqRejected, OutputRejected,
+    RunRejected, ServiceError, SubmitRejected, Submitted,
+};
+use super::{Settings, history, webhooks};
+use crate::clock;
+use crate::config::WebhookEvent;
+use crate::engine::{
+    Effects, Engine, FenceCounter, Input, Intent, RejectedInput, Run, RunId, RunState, Timer,
+    Timestamp, Undelivered,
+};
+use crate::executor::{Adoption, Executor, Report};
+use crate::limits;
+use crate::pipeline::{self, Format, Pipeline};
+use crate::store::records::{
+    DeadLetter, DeadLetterCategory, ExecutorKind, HistoryRecord, LaunchAction, LaunchRecord,
+    OutboxMessage, OutboxPayload, PipelineSource, SourceFormat, StoredRun, TimerKey, TimerKind,
+};
+use crate::store::{Store, StoreError, WriteTx};
+
+pub struct Driver<E: Executor> {
+    store: Arc<Store>,
+    settings: Arc<Settings>,
+    engine: Engine,
+    executor: E,
+    outbox: Outbox,
+    /// Every non-terminal run, as last committed (or being changed by the open batch).
+    runs: HashMap<RunId, Run>,
+    fences: FenceCounter,
+    next_timer: Option<Timestamp>,
+    metrics: Arc<crate::metrics::Metrics>,
+}
+
+/// What one batch changed, to write once per run at its end.
+#[derive(Default)]
+struct Touched {
+    /// The run's (state, updated_at) as stored before this batch; `None` for new runs.
+    previous: Option<(RunState, Timestamp)>,
+    /// Its key in the auto-retry index as stored before this batch, if it had one.
+    previous_sweep_key: Option<Timestamp>,
+    steps: BTreeSet<usize>,
+    attempts: BTreeSet<(usize, usize)>,
+}
+
+/// An answer to a command, sent once the batch's fate is known: with `None` when it
+/// committed, with the store's error when nothing of it happened.
+type Reply = Box<dyn FnOnce(Option<&StoreError>) + Send>;
+
+/// A reply that sends the domain's answer once the batch committed, or the store's error
+/// if it did not.
+fn answer<T, E>(to: Answer<T, E>, result: Result<T, E>) -> Reply
+where
+    T: Send + 'static,
+    E: std::error::Error + Send + 'static,
+{
+    Box::new(move |error| {
+        let _ = to.send(match error {
+            None => result.map_err(ServiceError::Domain),
+            Some(error) => Err(ServiceError::Store(error.to_string())),
+        });
+    })
+}
+
+#[derive(Default)]
+struct Batch {
+    touched: HashMap<RunId, Touched>,
+    replies: Vec<Reply>,
+    settled_messages: Vec<u64>,
+    new_messages: usize,
+    /// Launches whose confirmation this batch records.
+    recorded_launches: Vec<crate::engine::Fence>,
+    /// Metric increments, applied only once the batch is committed.
+    counts: Vec<Count>,
+}
+
+enum Count {
+    RunEntered(RunState),
+    AttemptFinished(&'static str),
+    Retry,
+    DeadLetter,
+}
+
+enum Pending {
+    Command(Command),
+    Report(Report),
+}
+
+impl<E: Executor> Driver<E> {
+    pub async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        mut reports: mpsc::Receiver<Report>,
+        mut shutdown: watch::Receiver<bool>,
+        ready: watch::Sender<bool>,
+    ) {
+        self.readopt(Some(ready));
+        self.outbox.wake();
+        loop {
+            let timer_wait = self.next_timer.map(|due| due.since(clock::now()));
+            let mut batch = Vec::new();
+            tokio::select! {
+                _ = shutdown.changed() => break,
+                Some(command) = commands.recv() => batch.push(Pending::Command(command)),
+                Some(report) = reports.recv() => batch.push(Pending::Report(report)),
+                _ = sleep_or_forever(timer_wait) => {}
+                else => break,
+            }
+            while batch.len() < limits::COMMIT_BATCH_MAX {
+                if let Ok(command) = commands.try_recv() {
+                    batch.push(Pending::Command(command));
+                } else if let Ok(report) = reports.try_recv() {
+                    batch.push(Pending::Report(report));
+                } else {
+                    break;
+                }
+            }
+            self.commit(batch).await;
+        }
+        tracing::info!("driver stopped; in-flight steps are left running for re-adoption");
+    }
+
+    async fn commit(&mut self, pending: Vec<Pending>) {
+        let now = clock::now();
+        let started = std::time::Instant::now();
+        let mut batch = Batch::default();
+        let result = self.store.write().and_then(|mut tx| {
+            self.fire_timers(&mut tx, now, &mut batch)?;
+            for item in pending {
+                match item {
+                    Pending::Command(command) => {
+                        self.on_command(&mut tx, command, now, &mut batch)?
+                    }
+                    Pending::Report(report) => self.on_report(&mut tx, report, now, &mut batch)?,
+                }
+            }
+            self.flush(&mut tx, &batch, now)?;
+            tx.set_fence_next(self.fences.next_value())?;
+            tx.commit()
+        });
+        match result {
+            Ok(()) => {
+                self.metrics
+                    .commit_seconds
+                    .observe(started.elapsed().as_secs_f64());
+                self.after_commit(batch)
+            }
+            Err(error) => {
+                self.metrics.commit_failures.inc();
+                self.after_failed_commit(batch, &error).await
+            }
+        }
+    }
+
+    fn after_commit(&mut self, batch: Batch) {
+        for count in &batch.counts {
+            match count {
+                Count::RunEntered(state) => self.metrics.run_entered(state.as_str()),
+                Count::AttemptFinished(class) => self.metrics.attempt_finished(class),
+                Count::Retry => {
+                    self.metrics.retries.inc();
+                }
+                Count::DeadLetter => {
+                    self.metrics.dead_letters.inc();
+                }
+            }
+        }
+        for reply in batch.replies {
+            reply(None);
+        }
+        for fence in &batch.recorded_launches {
+            self.executor.launch_recorded(*fence);
+        }
+        self.outbox.settle(&batch.settled_messages);
+        if batch.new_messages > 0 {
+            self.outbox.wake();
+        }
+        self.runs.retain(|_, run| !run.header.state.is_terminal());
+        match self.store.read().and_then(|r| r.next_timer_due()) {
+            Ok(next) => self.next_timer = next,
+            Err(error) => tracing::error!(%error, "cannot read the next timer"),
+        }
+    }
+
+    /// Nothing of the batch happened. The engine already changed the cached runs, so they
+    /// are reloaded from the store, and in-flight attempts re-adopted, as after a restart.
+    async fn after_failed_commit(&mut self, batch: Batch, error: &StoreError) {
+        tracing::error!(%error, "commit failed; reloading state from the store");
+        // A sweep's candidates stay in the index for the next pass: its caller gets an
+        // empty outcome.
+        for reply in batch.replies {
+            reply(Some(error));
+        }
+        self.outbox.settle(&batch.settled_messages);
+        if let Err(error) = self.reload().await {
+            tracing::error!(%error, "reload after a failed commit failed");
+        }
+        self.readopt(None);
+    }
+}
+
+async fn sleep_or_forever(wait: Option<Duration>) {
+    match wait {
+        Some(wait) => tokio::time::sleep(wait).await,
+        None => std::future::pending().await,
+    }
+}
