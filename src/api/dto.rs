@@ -277,3 +277,161 @@ pub fn dead_letter(letter: &crate::store::records::DeadLetter) -> serde_json::Va
         "dead_at": rfc3339(letter.dead_at),
     })
 }
+
+/// The header of `POST /v1/backup` carrying the snapshot's row counts.
+pub const BACKUP_COUNTS_HEADER: &str = "x-scarab-backup-counts";
+
+/// `table=rows,…`: how the service and the client compare a snapshot.
+pub fn backup_counts(counts: &[(String, u64)]) -> String {
+    counts
+        .iter()
+        .map(|(table, rows)| format!("{table}={rows}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// `POST /v1/runs`.
+#[derive(Serialize)]
+pub struct SubmitAnswer {
+    pub id: String,
+    pub warnings: Vec<String>,
+    /// True when the `Idempotency-Key` named an earlier run (answered 200, not 201).
+    pub existing: bool,
+}
+
+/// `GET /v1/runs`.
+#[derive(Serialize)]
+pub struct RunPage {
+    pub runs: Vec<RunSummary>,
+    pub next_cursor: Option<String>,
+}
+
+/// One event of `GET /v1/runs/{id}/history`.
+#[derive(Serialize)]
+pub struct HistoryEvent {
+    pub seq: u32,
+    pub at: String,
+    pub kind: String,
+    pub detail: serde_json::Value,
+}
+
+impl HistoryEvent {
+    pub fn of(seq: u32, record: &crate::store::records::HistoryRecord) -> HistoryEvent {
+        HistoryEvent {
+            seq,
+            at: crate::clock::rfc3339(record.at),
+            kind: record.kind.clone(),
+            // The detail is stored as JSON text; an empty object if it ever is not.
+            detail: serde_json::from_str(&record.detail)
+                .unwrap_or_else(|_| serde_json::Value::Object(Default::default())),
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub struct HistoryPage {
+    pub events: Vec<HistoryEvent>,
+    pub next_after: Option<u32>,
+}
+
+#[derive(Serialize)]
+pub struct DeadLetterPage {
+    pub dead_letters: Vec<serde_json::Value>,
+    pub next_after: Option<u64>,
+}
+
+/// `POST /v1/runs/{id}/cancel`.
+#[derive(Serialize)]
+pub struct CancelAnswer {
+    pub id: String,
+    /// Always `requested`: the run ends once its steps are stopped.
+    pub cancel: &'static str,
+}
+
+/// A requeue of a quarantined run (`id` a run id) or of a dead letter (a message id).
+#[derive(Serialize)]
+pub struct RequeueAnswer<Id: Serialize> {
+    pub id: Id,
+    pub requeued: bool,
+}
+
+/// A discard of a quarantined run or of a dead letter.
+#[derive(Serialize)]
+pub struct DiscardAnswer<Id: Serialize> {
+    pub id: Id,
+    pub discarded: bool,
+}
+
+/// `POST /v1/runs/{id}/gates/{step}/approve|reject`.
+#[derive(Serialize)]
+pub struct DecisionAnswer {
+    pub run: String,
+    pub step: String,
+    pub decision: GateDecisionDto,
+}
+
+/// `PUT /v1/runs/{id}/steps/{step}/outputs`.
+#[derive(Serialize)]
+pub struct OutputsAnswer {
+    pub stored: bool,
+    pub fence: u64,
+}
+
+/// `GET /readyz`.
+#[derive(Serialize)]
+pub struct Readiness {
+    pub ready: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outbox_depth: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executors: Option<std::collections::BTreeMap<String, ExecutorAvailability>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressDto>,
+}
+
+#[derive(Serialize)]
+pub struct ExecutorAvailability {
+    pub available: bool,
+    pub last_error: Option<String>,
+}
+
+/// The forward-progress check as `/readyz` shows it (or the error that kept it from
+/// running).
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum ProgressDto {
+    Checked {
+        runs: usize,
+        stuck: Vec<NamedRun>,
+        unreadable: Vec<NamedRun>,
+    },
+    Failed {
+        error: String,
+    },
+}
+
+#[derive(Serialize)]
+pub struct NamedRun {
+    pub run: String,
+    pub problem: String,
+}
+
+impl ProgressDto {
+    pub fn of(report: &crate::service::progress::ProgressReport) -> ProgressDto {
+        let named = |runs: &[crate::engine::Stuck]| {
+            runs.iter()
+                .map(|s| NamedRun {
+                    run: s.run.to_string(),
+                    problem: s.problem.clone(),
+                })
+                .collect()
+        };
+        ProgressDto::Checked {
+            runs: report.runs,
+            stuck: named(&report.stuck),
+            unreadable: named(&report.unreadable),
+        }
+    }
+}

@@ -18,7 +18,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::Deserialize;
-use serde_json::json;
 
 use crate::engine::{RunId, RunState};
 use crate::limits;
@@ -109,58 +108,76 @@ async fn metrics(State(state): State<ApiState>) -> Response {
 }
 
 async fn readyz(State(state): State<ApiState>) -> Response {
-    let depth = state.service.store.read().and_then(|r| r.outbox_depth());
+    if !state.service.is_ready() {
+        return unready("re-adopting".into());
+    }
+    let depth = match state.service.store.read().and_then(|r| r.outbox_depth()) {
+        Ok(depth) => depth,
+        Err(error) => return unready(error.to_string()),
+    };
     // An unavailable executor does not make the service unready (other steps still
     // run), but it is shown: its launches are waiting in the outbox.
-    let executors: serde_json::Map<String, serde_json::Value> = state
+    let executors = state
         .service
         .executor_availability()
         .into_iter()
         .map(|(name, error)| {
-            (
-                name.to_string(),
-                json!({"available": error.is_none(), "last_error": error}),
-            )
+            let availability = dto::ExecutorAvailability {
+                available: error.is_none(),
+                last_error: error,
+            };
+            (name.to_string(), availability)
         })
         .collect();
-    let progress = if state.service.is_ready() {
-        match state.service.progress().await {
-            Ok(report) => {
-                let named = |runs: &[crate::engine::Stuck]| {
-                    runs.iter()
-                        .map(|s| json!({"run": s.run.to_string(), "problem": s.problem}))
-                        .collect::<Vec<_>>()
-                };
-                json!({
-                    "runs": report.runs,
-                    "stuck": named(&report.stuck),
-                    "unreadable": named(&report.unreadable),
-                })
-            }
-            Err(error) => json!({"error": error.to_string()}),
-        }
-    } else {
-        serde_json::Value::Null
+    let progress = match state.service.progress().await {
+        Ok(report) => dto::ProgressDto::of(&report),
+        Err(error) => dto::ProgressDto::Failed {
+            error: error.to_string(),
+        },
     };
-    match (state.service.is_ready(), depth) {
-        (true, Ok(depth)) => Json(json!({
-            "ready": true,
-            "outbox_depth": depth,
-            "executors": executors,
-            "progress": progress,
-        }))
-        .into_response(),
-        (false, _) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"ready": false, "reason": "re-adopting"})),
-        )
-            .into_response(),
-        (_, Err(error)) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"ready": false, "reason": error.to_string()})),
-        )
-            .into_response(),
+    Json(dto::Readiness {
+        ready: true,
+        reason: None,
+        outbox_depth: Some(depth),
+        executors: Some(executors),
+        progress: Some(progress),
+    })
+    .into_response()
+}
+
+fn unready(reason: String) -> Response {
+    let body = dto::Readiness {
+        ready: false,
+        reason: Some(reason),
+        outbox_depth: None,
+        executors: None,
+        progress: None,
+    };
+    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+}
+
+/// The one rule for the audit field `by` of every operator action (cancel, gate
+/// decisions, release, discard, dead-letter requeue and discard): the authenticated
+/// caller, annotated with the name the person gave, if any (`admin (alice)`). A body
+/// cannot make an action look like someone else's.
+fn audit_by(caller: &auth::Caller, given: Option<&str>) -> Result<String, ApiError> {
+    let Some(given) = given.map(str::trim) else {
+        return Ok(caller.name.clone());
+    };
+    let bad = |message: String| ApiError::field(StatusCode::BAD_REQUEST, "by", message);
+    if given.is_empty() {
+        return Err(bad("must not be empty".into()));
     }
+    if given.len() > limits::ORIGIN_MAX_BYTES {
+        return Err(bad(format!(
+            "must be at most {} bytes",
+            limits::ORIGIN_MAX_BYTES
+        )));
+    }
+    if given.chars().any(char::is_control) {
+        return Err(bad("must not contain control characters".into()));
+    }
+    Ok(format!("{} ({given})", caller.name))
 }
 
 fn body_format(headers: &HeaderMap, body: &[u8]) -> Format {
@@ -210,7 +227,11 @@ async fn submit(
         .service
         .submit(source, Arc::new(outcome.pipeline), origin, idempotency_key)
         .await?;
-    let body = json!({"id": submitted.id.to_string(), "warnings": outcome.warnings, "existing": submitted.existing});
+    let body = dto::SubmitAnswer {
+        id: submitted.id.to_string(),
+        warnings: outcome.warnings,
+        existing: submitted.existing,
+    };
     // A replay answers 200 with the run the key first created; a new run is 201.
     let status = if submitted.existing {
         StatusCode::OK
@@ -345,7 +366,7 @@ async fn list_runs(
             state.service.settings.live().auto_retry.max,
         ));
     }
-    Ok(Json(json!({"runs": runs, "next_cursor": next_cursor})).into_response())
+    Ok(Json(dto::RunPage { runs, next_cursor }).into_response())
 }
 
 fn parse_cursor(cursor: &str) -> Result<(u64, RunId), ApiError> {
@@ -420,14 +441,15 @@ async fn history(
     let next = (events.len() == limit)
         .then(|| events.last().map(|(seq, _)| *seq))
         .flatten();
-    let events: Vec<_> = events
-        .into_iter()
-        .map(|(seq, record)| {
-            let detail: serde_json::Value = serde_json::from_str(&record.detail).unwrap_or(json!({}));
-            json!({"seq": seq, "at": crate::clock::rfc3339(record.at), "kind": record.kind, "detail": detail})
-        })
+    let events = events
+        .iter()
+        .map(|(seq, record)| dto::HistoryEvent::of(*seq, record))
         .collect();
-    Ok(Json(json!({"events": events, "next_after": next})).into_response())
+    Ok(Json(dto::HistoryPage {
+        events,
+        next_after: next,
+    })
+    .into_response())
 }
 
 #[derive(Deserialize, Default)]
@@ -438,6 +460,7 @@ struct CancelBody {
 
 async fn cancel(
     State(state): State<ApiState>,
+    Extension(caller): Extension<auth::Caller>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -454,12 +477,14 @@ async fn cancel(
             )
         })?
     };
-    let by = body.by.unwrap_or_else(|| "api".to_string());
-    let by = limits::clip(&by, limits::ORIGIN_MAX_BYTES);
+    let by = audit_by(&caller, body.by.as_deref())?;
     state.service.cancel(run, by).await?;
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({"id": run.to_string(), "cancel": "requested"})),
+        Json(dto::CancelAnswer {
+            id: run.to_string(),
+            cancel: "requested",
+        }),
     )
         .into_response())
 }
@@ -484,7 +509,7 @@ async fn backup(State(state): State<ApiState>) -> Result<Response, ApiError> {
     let length = file.metadata().await.map_err(io_error)?.len();
     // The open file stays readable; nothing is left behind if the client goes away.
     tokio::fs::remove_file(&path).await.map_err(io_error)?;
-    let counts = crate::cli::format_counts(&counts);
+    let counts = dto::backup_counts(&counts);
     tracing::info!(bytes = length, rows = %counts, "backup taken");
     let body = axum::body::Body::from_stream(tokio_util::io::ReaderStream::new(file));
     Ok((
@@ -492,7 +517,7 @@ async fn backup(State(state): State<ApiState>) -> Result<Response, ApiError> {
             (header::CONTENT_TYPE, "application/octet-stream".to_string()),
             (header::CONTENT_LENGTH, length.to_string()),
             (
-                header::HeaderName::from_static("x-scarab-backup-counts"),
+                header::HeaderName::from_static(dto::BACKUP_COUNTS_HEADER),
                 counts,
             ),
         ],
@@ -510,14 +535,14 @@ async fn release_run(
 ) -> Result<Response, ApiError> {
     let run = parse_run_id(&id)?;
     let action = dlq_action(body)?;
-    let by = limits::clip(
-        action.by.as_deref().unwrap_or(&caller.name),
-        limits::ORIGIN_MAX_BYTES,
-    );
+    let by = audit_by(&caller, action.by.as_deref())?;
     state.service.release(run, by).await?;
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({"id": run.to_string(), "requeued": true})),
+        Json(dto::RequeueAnswer {
+            id: run.to_string(),
+            requeued: true,
+        }),
     )
         .into_response())
 }
@@ -532,14 +557,14 @@ async fn discard_run(
     let run = parse_run_id(&id)?;
     let action = dlq_action(body)?;
     let reason = action.required_reason()?;
-    let by = limits::clip(
-        action.by.as_deref().unwrap_or(&caller.name),
-        limits::ORIGIN_MAX_BYTES,
-    );
+    let by = audit_by(&caller, action.by.as_deref())?;
     state.service.discard_run(run, by, reason).await?;
     Ok((
         StatusCode::OK,
-        Json(json!({"id": run.to_string(), "discarded": true})),
+        Json(dto::DiscardAnswer {
+            id: run.to_string(),
+            discarded: true,
+        }),
     )
         .into_response())
 }
@@ -592,24 +617,7 @@ async fn decide_gate(
             )
         })?
     };
-    let by = match body.by.as_deref().map(str::trim) {
-        Some("") => {
-            return Err(ApiError::field(
-                StatusCode::BAD_REQUEST,
-                "by",
-                "must not be empty",
-            ));
-        }
-        Some(by) if by.len() > limits::ORIGIN_MAX_BYTES => {
-            return Err(ApiError::field(
-                StatusCode::BAD_REQUEST,
-                "by",
-                format!("must be at most {} bytes", limits::ORIGIN_MAX_BYTES),
-            ));
-        }
-        Some(by) => by.to_string(),
-        None => caller.name.clone(),
-    };
+    let by = audit_by(&caller, body.by.as_deref())?;
     if let Some(comment) = &body.comment
         && comment.len() > limits::GATE_COMMENT_MAX_BYTES
     {
@@ -631,11 +639,11 @@ async fn decide_gate(
         )
         .await?;
     tracing::info!(%run, step, decision = decided.outcome.as_str(), by = %decided.by, caller = %decided.caller, "gate decided");
-    Ok(Json(json!({
-        "run": run.to_string(),
-        "step": step,
-        "decision": dto::gate_decision(&decided),
-    }))
+    Ok(Json(dto::DecisionAnswer {
+        run: run.to_string(),
+        step,
+        decision: dto::gate_decision(&decided),
+    })
     .into_response())
 }
 
@@ -805,7 +813,11 @@ async fn list_dead_letters(
         .then(|| letters.last().map(|l| l.message.id))
         .flatten();
     let letters: Vec<_> = letters.iter().map(dto::dead_letter).collect();
-    Ok(Json(json!({"dead_letters": letters, "next_after": next})).into_response())
+    Ok(Json(dto::DeadLetterPage {
+        dead_letters: letters,
+        next_after: next,
+    })
+    .into_response())
 }
 
 fn parse_letter_id(id: &str) -> Result<u64, ApiError> {
@@ -875,37 +887,40 @@ fn dlq_action(body: Result<Bytes, BytesRejection>) -> Result<DlqAction, ApiError
 
 async fn requeue_dead_letter(
     State(state): State<ApiState>,
+    Extension(caller): Extension<auth::Caller>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let id = parse_letter_id(&id)?;
     let action = dlq_action(body)?;
-    let by = limits::clip(
-        action.by.as_deref().unwrap_or("api"),
-        limits::ORIGIN_MAX_BYTES,
-    );
+    let by = audit_by(&caller, action.by.as_deref())?;
     state.service.requeue(id, by).await?;
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({"id": id, "requeued": true})),
+        Json(dto::RequeueAnswer { id, requeued: true }),
     )
         .into_response())
 }
 
 async fn discard_dead_letter(
     State(state): State<ApiState>,
+    Extension(caller): Extension<auth::Caller>,
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let id = parse_letter_id(&id)?;
     let action = dlq_action(body)?;
     let reason = action.required_reason()?;
-    let by = limits::clip(
-        action.by.as_deref().unwrap_or("api"),
-        limits::ORIGIN_MAX_BYTES,
-    );
+    let by = audit_by(&caller, action.by.as_deref())?;
     state.service.discard(id, by, reason).await?;
-    Ok((StatusCode::OK, Json(json!({"id": id, "discarded": true}))).into_response())
+    Ok((
+        StatusCode::OK,
+        Json(dto::DiscardAnswer {
+            id,
+            discarded: true,
+        }),
+    )
+        .into_response())
 }
 
 // --- The fenced step-output sink --------------------------------------------------------
@@ -964,7 +979,11 @@ async fn put_outputs(
         .service
         .set_outputs(run, index, fence, outputs)
         .await?;
-    Ok(Json(json!({"stored": true, "fence": fence.0})).into_response())
+    Ok(Json(dto::OutputsAnswer {
+        stored: true,
+        fence: fence.0,
+    })
+    .into_response())
 }
 
 fn parse_outputs(body: &[u8]) -> Result<Vec<(String, String)>, ApiError> {

@@ -481,7 +481,7 @@ pub fn backup(args: &ClientArgs, out: &Path) -> anyhow::Result<ExitCode> {
     }
     let expected = response
         .headers()
-        .get("x-scarab-backup-counts")
+        .get(crate::api::dto::BACKUP_COUNTS_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string)
         .context("the service sent no row counts")?;
@@ -497,7 +497,7 @@ pub fn backup(args: &ClientArgs, out: &Path) -> anyhow::Result<ExitCode> {
     drop(file);
     let verified = crate::store::verify_file(&partial);
     let counts = match verified {
-        Ok((counts, _)) => format_counts(&counts),
+        Ok((counts, _)) => crate::api::dto::backup_counts(&counts),
         Err(error) => {
             let _ = std::fs::remove_file(&partial);
             bail!("the snapshot does not verify: {error}");
@@ -521,15 +521,6 @@ pub fn backup(args: &ClientArgs, out: &Path) -> anyhow::Result<ExitCode> {
         ),
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// `table=rows,…`: how the service and the client compare a snapshot.
-pub fn format_counts(counts: &[(String, u64)]) -> String {
-    counts
-        .iter()
-        .map(|(table, rows)| format!("{table}={rows}"))
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 pub fn decide(

@@ -2,7 +2,6 @@
 //! talk to a running service over HTTP.
 
 mod client;
-pub use client::format_counts;
 mod explain;
 mod progress;
 mod serve;

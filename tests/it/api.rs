@@ -297,7 +297,7 @@ fn cancel_stops_running_steps_and_is_refused_once_terminal() {
     assert_eq!(run["state"], "cancelled", "{run:#}");
     assert_eq!(run["steps"][0]["state"], "cancelled");
     assert_eq!(run["steps"][1]["state"], "cancelled");
-    assert_eq!(run["cancel_requested_by"], "tester");
+    assert_eq!(run["cancel_requested_by"], "admin (tester)");
     assert_eq!(run["failure_classification"]["category"], "cancelled");
     assert!(!common::process_alive(pid), "the step was stopped");
     let (status, body) = server.request(
@@ -396,7 +396,10 @@ fn malformed_queries_and_bodies_get_json_errors() {
     );
     assert_eq!(status, 202, "an empty body is fine: {body}");
     let run = server.wait_terminal(&id, WITHIN);
-    assert_eq!(run["cancel_requested_by"], "api");
+    assert_eq!(
+        run["cancel_requested_by"], "admin",
+        "by defaults to the caller"
+    );
 }
 
 #[test]

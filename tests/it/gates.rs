@@ -65,13 +65,13 @@ fn approve_by_cli_and_reject_by_api_record_who_and_when_and_bad_decisions_change
         "{stdout} {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(stdout.contains("approved by alice"), "{stdout}");
+    assert!(stdout.contains("approved by admin (alice)"), "{stdout}");
 
     let run = server.wait_terminal(&id, WITHIN);
     assert_eq!(run["state"], "succeeded", "{run:#}");
     let decision = &step(&run, "approve")["gate"]["decision"];
     assert_eq!(decision["outcome"], "approved");
-    assert_eq!(decision["by"], "alice");
+    assert_eq!(decision["by"], "admin (alice)", "the caller, annotated");
     assert_eq!(decision["caller"], "admin");
     assert_eq!(decision["comment"], "green");
     assert!(
@@ -91,7 +91,7 @@ fn approve_by_cli_and_reject_by_api_record_who_and_when_and_bad_decisions_change
         body["error"]
             .as_str()
             .unwrap_or("")
-            .contains("already approved by alice"),
+            .contains("already approved by admin (alice)"),
         "{body}"
     );
     assert_eq!(server.run(&id)["steps"], run["steps"], "nothing changed");
