@@ -155,10 +155,10 @@ impl EngineArgs {
             .kill_grace
             .or(engine.kill_grace)
             .unwrap_or(defaults.kill_grace);
-        settings.log_retention = self
+        settings.engine.log_retention = self
             .log_retention
             .or(engine.log_retention)
-            .unwrap_or(defaults.log_retention);
+            .unwrap_or(defaults.engine.log_retention);
         settings.max_deliveries = self
             .max_deliveries
             .or(engine.max_deliveries)
@@ -229,7 +229,7 @@ fn check_bounds(settings: &Settings) -> anyhow::Result<()> {
     )?;
     check(
         "--log-retention (engine.log_retention)",
-        settings.log_retention,
+        settings.engine.log_retention,
         secs(1),
         secs(3650 * 86400),
     )?;

@@ -62,6 +62,7 @@ enum TimerKey {
     Release(usize),
     Expiry(usize),
     Budget,
+    Retention,
 }
 
 impl From<Timer> for TimerKey {
@@ -72,6 +73,7 @@ impl From<Timer> for TimerKey {
             Timer::GateRelease { step } => TimerKey::Release(step),
             Timer::GateExpiry { step } => TimerKey::Expiry(step),
             Timer::Budget => TimerKey::Budget,
+            Timer::Retention => TimerKey::Retention,
         }
     }
 }
@@ -87,6 +89,7 @@ impl From<TimerKey> for Timer {
             TimerKey::Release(step) => Timer::GateRelease { step },
             TimerKey::Expiry(step) => Timer::GateExpiry { step },
             TimerKey::Budget => Timer::Budget,
+            TimerKey::Retention => Timer::Retention,
         }
     }
 }
@@ -379,7 +382,13 @@ fn cancel_during_a_gate_cancels_it_and_its_timers() {
     assert_eq!(sim.run.steps[1].state, StepState::Cancelled);
     assert_eq!(sim.run.steps[2].state, StepState::Cancelled);
     assert_eq!(sim.state(), RunState::Cancelled);
-    assert!(sim.timers.is_empty(), "{:?}", sim.timers);
+    // Only the finished run's retention is left: the gate's and the budget's are gone.
+    assert!(
+        sim.timers.iter().all(|(_, t)| *t == TimerKey::Retention),
+        "{:?}",
+        sim.timers
+    );
+    assert_eq!(sim.timers.len(), 1, "{:?}", sim.timers);
     assert_eq!(
         classify_run(&sim.run).expect("cancelled").category,
         "cancelled"

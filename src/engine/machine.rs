@@ -34,6 +34,9 @@ pub enum RejectedInput {
     /// does not belong to this run).
     #[error("run has no step {0}")]
     NoSuchStep(usize),
+    /// Only quarantine and discard apply to a run whose pipeline no longer restores.
+    #[error("the run's pipeline cannot be restored")]
+    NeedsPipeline,
 }
 
 /// The step reason of a gate that was rejected.
@@ -96,6 +99,7 @@ impl Engine {
             });
         }
         self.advance(&mut run, fences, now, &mut effects);
+        self.schedule_retention(now, &mut effects);
         (run, effects)
     }
 
@@ -138,6 +142,8 @@ impl Engine {
                 on_gate_timer(run, step, GateOutcome::Expired, now, &mut effects)
             }
             Input::TimerFired(Timer::Budget) => on_budget(run, now, &mut effects),
+            // The driver removes the traces itself; nothing of the run changes.
+            Input::TimerFired(Timer::Retention) => {}
             Input::Decide {
                 step,
                 approve,
@@ -146,8 +152,8 @@ impl Engine {
                 comment,
             } => on_decide(run, step, approve, by, caller, comment, now, &mut effects)?,
             Input::Resubmit { by, next_at } => on_resubmit(run, by, next_at, now, &mut effects)?,
-            Input::Quarantine { reason } => on_quarantine(run, reason, &mut effects)?,
-            Input::Discard { by, reason } => on_discard(run, by, reason, &mut effects)?,
+            Input::Quarantine { reason } => on_quarantine(&mut run.header, reason, &mut effects)?,
+            Input::Discard { by, reason } => on_discard(&mut run.header, by, reason, &mut effects)?,
             Input::Cancel { by } => on_cancel(run, by, now, &mut effects)?,
             Input::Undeliverable {
                 step,
@@ -164,7 +170,44 @@ impl Engine {
             } => on_outputs(run, step, fence, outputs, &mut effects)?,
         }
         self.advance(run, fences, now, &mut effects);
+        self.schedule_retention(now, &mut effects);
         Ok(effects)
+    }
+
+    /// An input for a run whose pipeline no longer restores, so only its header can
+    /// change: quarantine and discard, the sweep's and the operator's ways out for it.
+    /// Anything else needs the whole run.
+    pub fn handle_header(
+        &self,
+        header: &mut RunHeader,
+        input: Input,
+        now: Timestamp,
+    ) -> Result<Effects, RejectedInput> {
+        let mut effects = Effects::default();
+        match input {
+            Input::Quarantine { reason } => on_quarantine(header, reason, &mut effects)?,
+            Input::Discard { by, reason } => on_discard(header, by, reason, &mut effects)?,
+            _ => return Err(RejectedInput::NeedsPipeline),
+        }
+        header.updated_at = now;
+        self.schedule_retention(now, &mut effects);
+        Ok(effects)
+    }
+
+    /// Every arrival in a terminal state (also from another one: quarantined, discarded)
+    /// starts the retention clock again; earlier timers find the run updated since and
+    /// leave it.
+    fn schedule_retention(&self, now: Timestamp, effects: &mut Effects) {
+        let terminal = effects
+            .events
+            .iter()
+            .any(|event| matches!(event, Event::RunState { to, .. } if to.is_terminal()));
+        if terminal {
+            effects.intents.push(Intent::ScheduleTimer {
+                due: now.plus(self.settings.log_retention),
+                timer: Timer::Retention,
+            });
+        }
     }
 
     fn on_launch_confirmed(
@@ -793,11 +836,15 @@ fn set_step_state(run: &mut Run, step: usize, state: StepState, effects: &mut Ef
 }
 
 fn set_run_state(run: &mut Run, to: RunState, effects: &mut Effects) {
-    let from = run.header.state;
+    set_header_state(&mut run.header, to, effects);
+}
+
+fn set_header_state(header: &mut RunHeader, to: RunState, effects: &mut Effects) {
+    let from = header.state;
     if from == to {
         return;
     }
-    run.header.state = to;
+    header.state = to;
     effects.events.push(Event::RunState { from, to });
 }
 
@@ -1115,40 +1162,40 @@ fn on_resubmit(
 }
 
 fn on_quarantine(
-    run: &mut Run,
+    header: &mut RunHeader,
     reason: String,
     effects: &mut Effects,
 ) -> Result<(), RejectedInput> {
-    if run.header.state != RunState::DeadLettered {
+    if header.state != RunState::DeadLettered {
         return Err(RejectedInput::WrongState(
-            run.header.state.as_str(),
+            header.state.as_str(),
             "dead_lettered",
         ));
     }
-    run.header.auto_retry.quarantined = Some(reason.clone());
+    header.auto_retry.quarantined = Some(reason.clone());
     effects.events.push(Event::AutoRetryQuarantined { reason });
-    set_run_state(run, RunState::Quarantined, effects);
+    set_header_state(header, RunState::Quarantined, effects);
     Ok(())
 }
 
 fn on_discard(
-    run: &mut Run,
+    header: &mut RunHeader,
     by: String,
     reason: String,
     effects: &mut Effects,
 ) -> Result<(), RejectedInput> {
-    if run.header.state != RunState::Quarantined {
+    if header.state != RunState::Quarantined {
         return Err(RejectedInput::WrongState(
-            run.header.state.as_str(),
+            header.state.as_str(),
             "quarantined",
         ));
     }
-    let retry = &mut run.header.auto_retry;
+    let retry = &mut header.auto_retry;
     retry.discarded = Some(format!("discarded by {by}: {reason}"));
     retry.eligible_at = None;
     effects
         .events
         .push(Event::QuarantineDiscarded { by, reason });
-    set_run_state(run, RunState::DeadLettered, effects);
+    set_header_state(header, RunState::DeadLettered, effects);
     Ok(())
 }

@@ -45,6 +45,9 @@ pub struct EngineSettings {
     pub backstop_slack: Duration,
     /// Seeds retry jitter, so a simulation is reproducible.
     pub jitter_seed: u64,
+    /// How long a finished run's traces (attempt directories, step logs, Pods) are kept:
+    /// every arrival in a terminal state schedules a `Retention` timer this far ahead.
+    pub log_retention: Duration,
 }
 
 impl Default for EngineSettings {
@@ -54,6 +57,7 @@ impl Default for EngineSettings {
             infra_retries: 3,
             backstop_slack: crate::limits::BACKSTOP_SLACK,
             jitter_seed: 0x5CA2_AB00,
+            log_retention: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -173,6 +177,9 @@ pub enum Timer {
     GateExpiry { step: usize },
     /// The run's active-time budget runs out now unless it was paused.
     Budget,
+    /// A finished run's retention is over: its traces may be removed (the driver asks
+    /// the executors; the run itself does not change).
+    Retention,
 }
 
 impl Timer {
@@ -182,7 +189,7 @@ impl Timer {
             | Timer::Backstop { step, .. }
             | Timer::GateRelease { step }
             | Timer::GateExpiry { step } => Some(*step),
-            Timer::Budget => None,
+            Timer::Budget | Timer::Retention => None,
         }
     }
 }

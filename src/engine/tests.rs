@@ -650,3 +650,66 @@ fn a_failed_step_cannot_be_requeued() {
     assert_eq!(rejected, Err(RejectedInput::NotRequeueable));
     assert_eq!(sim.run.header.state, RunState::Failed);
 }
+
+#[test]
+fn a_run_known_only_by_its_header_is_quarantined_and_discarded_by_the_engine() {
+    let engine = Engine::new(EngineSettings::default());
+    let retention = engine.settings().log_retention;
+    let mut header = RunHeader {
+        id: RunId(1),
+        pipeline_name: "p".into(),
+        origin: "local".into(),
+        state: RunState::DeadLettered,
+        created_at: T0,
+        updated_at: T0,
+        cancel: None,
+        budget: None,
+        auto_retry: AutoRetryState::default(),
+    };
+    let now = T0.plus(Duration::from_secs(5));
+    let quarantine = || Input::Quarantine {
+        reason: "gone".into(),
+    };
+    let effects = engine
+        .handle_header(&mut header, quarantine(), now)
+        .expect("quarantined");
+    assert_eq!(header.state, RunState::Quarantined);
+    assert_eq!(header.updated_at, now);
+    assert_eq!(header.auto_retry.quarantined.as_deref(), Some("gone"));
+    assert!(effects.events.contains(&Event::RunState {
+        from: RunState::DeadLettered,
+        to: RunState::Quarantined
+    }));
+    assert_eq!(
+        effects.intents,
+        vec![Intent::ScheduleTimer {
+            due: now.plus(retention),
+            timer: Timer::Retention
+        }],
+        "every arrival in a terminal state starts the retention clock"
+    );
+
+    let before = header.clone();
+    assert!(
+        engine
+            .handle_header(&mut header, quarantine(), now)
+            .is_err()
+    );
+    assert!(matches!(
+        engine.handle_header(&mut header, Input::Cancel { by: "x".into() }, now),
+        Err(RejectedInput::NeedsPipeline)
+    ));
+    assert_eq!(header, before, "refusals change nothing");
+
+    let later = now.plus(Duration::from_secs(5));
+    let discard = Input::Discard {
+        by: "ops".into(),
+        reason: "obsolete".into(),
+    };
+    engine
+        .handle_header(&mut header, discard, later)
+        .expect("discarded");
+    assert_eq!(header.state, RunState::DeadLettered);
+    assert!(header.auto_retry.discarded.is_some());
+    assert_eq!(header.auto_retry.eligible_at, None);
+}

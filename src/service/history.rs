@@ -3,25 +3,34 @@
 use serde_json::json;
 
 use crate::clock;
-use crate::engine::{Event, Run, Timestamp};
+use crate::engine::{Event, Run, RunHeader, Timestamp};
 use crate::store::records::HistoryRecord;
 
+/// The history record of an event of `run`.
 pub fn record(run: &Run, event: &Event, at: Timestamp) -> HistoryRecord {
+    render(&run.header, Some(run), event, at)
+}
+
+/// The history record of an event of a run known only by its header (its pipeline no
+/// longer restores): step names and the failure classification are not known.
+pub fn header_record(header: &RunHeader, event: &Event, at: Timestamp) -> HistoryRecord {
+    render(header, None, event, at)
+}
+
+fn render(header: &RunHeader, run: Option<&Run>, event: &Event, at: Timestamp) -> HistoryRecord {
     let name = |step: &usize| {
-        run.pipeline
-            .steps
-            .get(*step)
+        run.and_then(|run| run.pipeline.steps.get(*step))
             .map(|s| s.name.clone())
             .unwrap_or_default()
     };
     let (kind, detail) = match event {
         Event::Submitted { steps } => (
             "submitted",
-            json!({"pipeline": run.pipeline.name, "steps": steps, "origin": run.header.origin}),
+            json!({"pipeline": header.pipeline_name, "steps": steps, "origin": header.origin}),
         ),
         Event::RunState { from, to } => {
             // Why a run did not succeed, as every other surface shows it.
-            let classification = crate::engine::classify_run(run).map(|c| {
+            let classification = run.and_then(crate::engine::classify_run).map(|c| {
                 json!({"category": c.category, "auto_retryable": c.auto_retryable,
                        "step": c.step, "reason": c.reason})
             });
@@ -80,11 +89,11 @@ pub fn record(run: &Run, event: &Event, at: Timestamp) -> HistoryRecord {
         ),
         Event::CancelRequested { by } => ("cancel_requested", json!({"by": by})),
         Event::GateOpened { step } => {
-            let gate = run.steps.get(*step).and_then(|s| s.gate.as_ref());
+            let gate = run
+                .and_then(|run| run.steps.get(*step))
+                .and_then(|s| s.gate.as_ref());
             let message = run
-                .pipeline
-                .steps
-                .get(*step)
+                .and_then(|run| run.pipeline.steps.get(*step))
                 .and_then(|s| s.action.gate())
                 .and_then(|g| g.message.clone());
             (

@@ -46,8 +46,6 @@ pub struct Settings {
     /// Delivery attempts per outbox message (dead-lettering on exhaustion comes with the
     /// dead-letter queue; until then a message keeps retrying at the capped backoff).
     pub max_deliveries: u32,
-    /// How long a finished run's attempt directories (with the step logs) are kept.
-    pub log_retention: Duration,
     /// Per-attempt step tokens for the output API (`None` when there is no API, as in
     /// `scarab run`).
     pub step_tokens: Option<tokens::StepTokens>,
@@ -87,7 +85,6 @@ impl Default for Settings {
             engine: EngineSettings::default(),
             kill_grace: crate::limits::KILL_GRACE,
             max_deliveries: 10,
-            log_retention: Duration::from_secs(7 * 24 * 3600),
             kubernetes: None,
             step_tokens: None,
             live: Arc::default(),

@@ -227,22 +227,13 @@ impl<E: Executor> Driver<E> {
         batch: &mut Batch,
     ) -> Result<Result<(), RunRejected>, StoreError> {
         if let Some(Err(_)) = self.load(tx, id)? {
-            let Some(mut header) = tx.run_header(id)? else {
+            let Some(header) = tx.run_header(id)? else {
                 return Ok(Err(RunRejected::NotFound(id)));
             };
-            if header.state != RunState::Quarantined {
-                return Ok(Err(RunRejected::Rejected(format!(
-                    "run is {}, not quarantined",
-                    header.state.as_str()
-                ))));
+            let input = Input::Discard { by, reason };
+            if let Err(rejected) = self.change_header(tx, header, input, now, batch)? {
+                return Ok(Err(RunRejected::Rejected(rejected.to_string())));
             }
-            header.auto_retry.discarded = Some(format!("discarded by {by}: {reason}"));
-            header.auto_retry.eligible_at = None;
-            let event = (
-                "quarantine_discarded",
-                serde_json::json!({"by": by, "reason": reason}),
-            );
-            self.move_header(tx, header, RunState::DeadLettered, event, now)?;
             return Ok(Ok(()));
         }
         self.run_action(tx, id, Input::Discard { by, reason }, now, batch)
@@ -303,7 +294,7 @@ impl<E: Executor> Driver<E> {
                 }
                 Some(Err(error)) => {
                     // Restore-or-quarantine: never resubmit what cannot be validated.
-                    self.quarantine_unrestorable(tx, key, id, &error, now)?;
+                    self.quarantine_unrestorable(tx, key, id, &error, now, batch)?;
                     outcome.quarantined += 1;
                     continue;
                 }
@@ -357,61 +348,27 @@ impl<E: Executor> Driver<E> {
         id: RunId,
         error: &str,
         now: Timestamp,
+        batch: &mut Batch,
     ) -> Result<(), StoreError> {
         tx.auto_retry_index_delete(key, id)?;
-        let Some(mut header) = tx.run_header(id)? else {
+        let Some(header) = tx.run_header(id)? else {
             return Ok(());
         };
-        if header.state != RunState::DeadLettered {
-            return Ok(());
-        }
         let reason = format!("the stored pipeline cannot be restored: {error}");
-        tracing::warn!(run = %id, %reason, "operator alert: run quarantined");
-        header.auto_retry.quarantined = Some(reason.clone());
-        let event = (
-            "auto_retry_quarantined",
-            serde_json::json!({"reason": reason}),
-        );
-        self.move_header(tx, header, RunState::Quarantined, event, now)
-    }
-
-    /// A state change written at the header level, for a run the engine cannot hold (its
-    /// pipeline no longer restores): the header, a `run_state` and one other history event,
-    /// and the retention timer of its new terminal state.
-    pub(super) fn move_header(
-        &mut self,
-        tx: &mut WriteTx,
-        mut header: crate::engine::RunHeader,
-        to: RunState,
-        (kind, detail): (&str, serde_json::Value),
-        now: Timestamp,
-    ) -> Result<(), StoreError> {
-        let id = header.id;
-        let previous = (header.state, header.updated_at);
-        header.state = to;
-        header.updated_at = now;
-        tx.put_run(&header, Some(previous))?;
-        for (kind, detail) in [
-            (
-                "run_state",
-                serde_json::json!({"from": previous.0.as_str(), "to": to.as_str()}),
-            ),
-            (kind, detail),
-        ] {
-            let record = HistoryRecord {
-                at: now,
-                kind: kind.into(),
-                detail: detail.to_string(),
-            };
-            tx.append_history(id, &record)?;
+        if self
+            .change_header(
+                tx,
+                header,
+                Input::Quarantine {
+                    reason: reason.clone(),
+                },
+                now,
+                batch,
+            )?
+            .is_ok()
+        {
+            tracing::warn!(run = %id, %reason, "operator alert: run quarantined");
         }
-        tx.insert_timer(TimerKey {
-            due: now.plus(self.settings.log_retention),
-            run: id,
-            step: 0,
-            kind: TimerKind::Retention,
-            fence: crate::engine::Fence(0),
-        })?;
         Ok(())
     }
 

@@ -47,7 +47,8 @@ impl<E: Executor> Driver<E> {
         };
         // A run put back in progress since (resubmitted, requeued) keeps its traces; when
         // it ends again, a newer retention timer comes due for it.
-        let retention = u64::try_from(self.settings.log_retention.as_millis()).unwrap_or(u64::MAX);
+        let retention =
+            u64::try_from(self.settings.engine.log_retention.as_millis()).unwrap_or(u64::MAX);
         if !stored.header.state.is_terminal()
             || stored.header.updated_at.0.saturating_add(retention) > now.0
         {

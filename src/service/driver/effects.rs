@@ -3,6 +3,45 @@
 use super::*;
 
 impl<E: Executor> Driver<E> {
+    /// Feeds an input to the engine for a run it can hold only by its header (its
+    /// pipeline no longer restores), and writes what the engine decided: the header, its
+    /// history and its timers.
+    pub(super) fn change_header(
+        &mut self,
+        tx: &mut WriteTx,
+        mut header: crate::engine::RunHeader,
+        input: Input,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<Result<(), RejectedInput>, StoreError> {
+        let previous = (header.state, header.updated_at);
+        let effects = match self.engine.handle_header(&mut header, input, now) {
+            Ok(effects) => effects,
+            Err(rejected) => return Ok(Err(rejected)),
+        };
+        tx.put_run(&header, Some(previous))?;
+        for event in &effects.events {
+            tx.append_history(header.id, &history::header_record(&header, event, now))?;
+            if let crate::engine::Event::RunState { to, .. } = event {
+                batch.counts.push(Count::RunEntered(*to));
+            }
+        }
+        for intent in effects.intents {
+            match intent {
+                Intent::ScheduleTimer { due, timer } => {
+                    tx.insert_timer(timer_key(header.id, due, timer)?)?
+                }
+                Intent::CancelTimer { due, timer } => {
+                    tx.delete_timer(timer_key(header.id, due, timer)?)?;
+                }
+                Intent::Launch(_) | Intent::Kill { .. } => {
+                    tracing::error!(run = %header.id, "bug: a launch or kill for a run known only by its header; ignored");
+                }
+            }
+        }
+        Ok(Ok(()))
+    }
+
     pub(super) fn on_report(
         &mut self,
         tx: &mut WriteTx,
@@ -267,13 +306,7 @@ impl<E: Executor> Driver<E> {
 
     /// Rewrites each touched run once: header (and its state index), changed steps and
     /// changed attempts (and the in-flight index).
-    /// A run that became terminal also gets its retention timer here.
-    pub(super) fn flush(
-        &self,
-        tx: &mut WriteTx,
-        batch: &Batch,
-        now: Timestamp,
-    ) -> Result<(), StoreError> {
+    pub(super) fn flush(&self, tx: &mut WriteTx, batch: &Batch) -> Result<(), StoreError> {
         for (id, touched) in &batch.touched {
             let Some(run) = self.runs.get(id) else {
                 continue;
@@ -288,19 +321,6 @@ impl<E: Executor> Driver<E> {
                 if let Some(at) = key {
                     tx.auto_retry_index_put(at, *id)?;
                 }
-            }
-            // Every arrival in a terminal state (also from another one: quarantined,
-            // discarded) starts the retention clock again; earlier timers find the run
-            // updated since and leave it.
-            let arrived = touched.previous.map(|(state, _)| state) != Some(run.header.state);
-            if run.header.state.is_terminal() && arrived {
-                tx.insert_timer(TimerKey {
-                    due: now.plus(self.settings.log_retention),
-                    run: *id,
-                    step: 0,
-                    kind: TimerKind::Retention,
-                    fence: crate::engine::Fence(0),
-                })?;
             }
             for &step in &touched.steps {
                 tx.put_step(*id, step, &run.steps[step])?;
@@ -330,6 +350,7 @@ pub(crate) fn timer_key(run: RunId, due: Timestamp, timer: Timer) -> Result<Time
         Timer::GateRelease { step } => (step, TimerKind::GateRelease, crate::engine::Fence(0)),
         Timer::GateExpiry { step } => (step, TimerKind::GateExpiry, crate::engine::Fence(0)),
         Timer::Budget => (0, TimerKind::Budget, crate::engine::Fence(0)),
+        Timer::Retention => (0, TimerKind::Retention, crate::engine::Fence(0)),
     };
     Ok(TimerKey {
         due,

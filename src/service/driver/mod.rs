@@ -161,7 +161,7 @@ impl<E: Executor> Driver<E> {
                     Pending::Report(report) => self.on_report(&mut tx, report, now, &mut batch)?,
                 }
             }
-            self.flush(&mut tx, &batch, now)?;
+            self.flush(&mut tx, &batch)?;
             tx.set_fence_next(self.fences.next_value())?;
             tx.commit()
         });
