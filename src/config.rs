@@ -240,7 +240,7 @@ mod optional_duration {
     }
 }
 
-/// `[auto_retry]`: the sweep of PRODUCT.md §8. Every key is optional (defaults in
+/// `[auto_retry]`: the sweep of docs/auto-retry.md. Every key is optional (defaults in
 /// `AutoRetrySettings`) and may be overridden by `SCARAB_AUTO_RETRY_<KEY>`.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -1,4 +1,4 @@
-//! The JSON shapes of the public contract (PRODUCT.md §9). Serde lives here, at the edge.
+//! The JSON shapes of the public contract (docs/api.md). Serde lives here, at the edge.
 
 use serde::Serialize;
 
@@ -419,7 +419,7 @@ pub struct NamedRun {
 }
 
 impl ProgressDto {
-    pub fn of(report: &crate::service::progress::ProgressReport) -> ProgressDto {
+    pub fn of(report: &crate::service::forward_progress::ProgressReport) -> ProgressDto {
         let named = |runs: &[crate::engine::Stuck]| {
             runs.iter()
                 .map(|s| NamedRun {

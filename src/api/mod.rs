@@ -90,7 +90,7 @@ async fn authenticate(State(state): State<ApiState>, mut request: Request, next:
 async fn metrics(State(state): State<ApiState>) -> Response {
     // Refreshes the unreadable-runs gauge (the check itself runs at most every few seconds).
     if state.service.is_ready()
-        && let Err(error) = state.service.progress().await
+        && let Err(error) = state.service.forward_progress().await
     {
         return ApiError::from(error).into_response();
     }
@@ -129,7 +129,7 @@ async fn readyz(State(state): State<ApiState>) -> Response {
             (name.to_string(), availability)
         })
         .collect();
-    let progress = match state.service.progress().await {
+    let progress = match state.service.forward_progress().await {
         Ok(report) => dto::ProgressDto::of(&report),
         Err(error) => dto::ProgressDto::Failed {
             error: error.to_string(),
@@ -245,7 +245,7 @@ async fn submit(
 /// Runs of any other origin are never auto-retried (their producer owns them).
 fn origin(headers: &HeaderMap) -> Result<String, ApiError> {
     let Some(value) = headers.get("x-scarab-origin") else {
-        return Ok(crate::engine::classification::LOCAL_ORIGIN.to_string());
+        return Ok(crate::engine::run_failure::LOCAL_ORIGIN.to_string());
     };
     let bad = |message: &str| ApiError::field(StatusCode::BAD_REQUEST, "X-Scarab-Origin", message);
     let text = value

@@ -1,6 +1,6 @@
 //! `scarab explain-pod FILE [--now RFC3339] [--container NAME] [-o json]`: judges a Pod
 //! document as `kubectl get pod -o json` (or `-o yaml`) prints it, with the very function
-//! the Kubernetes executor uses ([`judge`]), and prints the verdict (PRODUCT.md §9).
+//! the Kubernetes executor uses ([`judge`]), and prints the verdict (docs/api.md).
 //!
 //! Grace periods are measured from the Pod's own timestamps up to `--now` (default: the
 //! wall clock), so an old capture can be replayed as of the moment it was taken.

@@ -3,7 +3,7 @@
 
 mod client;
 mod explain;
-mod progress;
+mod live;
 mod serve;
 
 use std::path::{Path, PathBuf};
@@ -820,7 +820,7 @@ async fn run_in_process(
         .await
         .with_context(|| format!("starting on state dir {}", state_dir.display()))?;
     let service = running.service.clone();
-    let origin = crate::engine::classification::LOCAL_ORIGIN.to_string();
+    let origin = crate::engine::run_failure::LOCAL_ORIGIN.to_string();
     let submitted = service
         .submit(source, Arc::new(pipeline), origin, None)
         .await?;
@@ -829,7 +829,7 @@ async fn run_in_process(
         submitted.id,
         state_dir.display()
     );
-    let mut progress = progress::Progress::new();
+    let mut progress = live::Progress::new();
     let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let mut cancelled = false;
     let run = loop {

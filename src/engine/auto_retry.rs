@@ -1,15 +1,15 @@
-//! The auto-retry sweep's decisions (PRODUCT.md §8): which dead-lettered runs may be
+//! The auto-retry sweep's decisions (docs/auto-retry.md): which dead-lettered runs may be
 //! resubmitted, when, and when a run is set aside (quarantined) instead. Pure: the
 //! service's sweep reads candidates through an index and applies these decisions inside
 //! one write transaction each.
 
 use std::time::Duration;
 
-use super::classification::classify_run;
 use super::ids::Timestamp;
+use super::run_failure::classify_run;
 use super::state::{Run, RunState};
 
-/// The sweep's settings. Defaults are PRODUCT.md §8's.
+/// The sweep's settings. Defaults are docs/auto-retry.md's.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AutoRetrySettings {
     /// Off by default: a pass then returns at once and nothing changes.

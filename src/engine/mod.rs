@@ -5,36 +5,36 @@
 //! (intents), and the driver commits both in one transaction before acting.
 
 pub mod auto_retry;
-pub mod class;
-pub mod classification;
 #[cfg(test)]
 mod gate_tests;
 pub mod ids;
 mod machine;
-pub mod progress;
 pub mod retry;
+pub mod run_failure;
 #[cfg(test)]
 mod simulation;
 pub mod state;
 #[cfg(test)]
 mod tests;
+pub mod verdict;
+pub mod waits;
 
 use std::time::Duration;
 
 pub use auto_retry::{AutoRetrySettings, Eligibility, SkipReason, eligibility};
-pub use class::{FailureClass, Outcome, Verdict};
-pub use classification::{FailureClassification, classify_run};
 pub use ids::{Fence, FenceCounter, RunId, Timestamp};
 pub use machine::{BUDGET_EXCEEDED, Engine, GATE_EXPIRED, GATE_REJECTED, RejectedInput, SYSTEM};
-pub use progress::{Stuck, Wait, waits};
+pub use run_failure::{FailureClassification, classify_run};
 pub use state::{
     Attempt, AttemptState, AutoRetryState, BudgetClock, CancelRequest, GateDecision, GateOutcome,
     GateProgress, KillReason, Run, RunHeader, RunState, StepProgress, StepState,
 };
+pub use verdict::{FailureClass, Outcome, Verdict};
+pub use waits::{Stuck, Wait, waits};
 
 use crate::pipeline::StepAction;
 
-/// Settings the engine decides with (the global part of PRODUCT.md §4–§5).
+/// Settings the engine decides with (the global part of retries, timeouts and retention).
 #[derive(Clone, Debug, PartialEq)]
 pub struct EngineSettings {
     /// Step timeout when the step names none.

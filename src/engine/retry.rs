@@ -1,10 +1,10 @@
-//! The retry table of PRODUCT.md §4 and retry backoff: the one place that decides whether
+//! The retry table (docs/failure-classes.md) and retry backoff: the one place that decides whether
 //! a failed attempt is retried and what a step's terminal state is when it is not.
 
 use std::time::Duration;
 
-use super::class::FailureClass;
 use super::ids::{RunId, Timestamp};
+use super::verdict::FailureClass;
 use crate::pipeline::{Backoff, RetryPolicy};
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! A seeded simulation of the engine against a simple reference model: random pipelines,
 //! random interleavings of launch confirmations, verdicts, timers and cancels, and the
-//! invariants of PRODUCT.md §4 and §6 checked after every input.
+//! invariants of retry and run outcome (docs/failure-classes.md) checked after every input.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -261,7 +261,7 @@ fn check_invariants(sim: &Sim) {
     }
 }
 
-/// The retry table of PRODUCT.md §4, written out again independently of `retry.rs`.
+/// The retry table (docs/failure-classes.md), written out again independently of `retry.rs`.
 fn model_budget(class: FailureClass, policy: Option<&RetryPolicy>, infra_retries: u32) -> u32 {
     let max = policy.map_or(0, |p| p.max);
     let on = policy.map(|p| p.on).unwrap_or_default();

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::class::{FailureClass, Outcome, Verdict};
 use super::ids::{Fence, RunId, Timestamp};
+use super::verdict::{FailureClass, Outcome, Verdict};
 use crate::pipeline::Pipeline;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -97,7 +97,7 @@ pub struct RunHeader {
     pub cancel: Option<CancelRequest>,
     /// The active-time budget's clock, for pipelines that set `budget:`.
     pub budget: Option<BudgetClock>,
-    /// The auto-retry sweep's bookkeeping (PRODUCT.md §8).
+    /// The auto-retry sweep's bookkeeping (docs/auto-retry.md).
     pub auto_retry: AutoRetryState,
 }
 

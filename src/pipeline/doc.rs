@@ -1,4 +1,4 @@
-//! The pipeline file's wire format (PRODUCT.md §2) as serde + schemars types.
+//! The pipeline file's wire format (docs/pipeline.md) as serde + schemars types.
 //!
 //! These types are the source of the published JSON Schema and describe exactly what
 //! `parse` accepts. `parse` does not deserialize into them: it walks a located tree so

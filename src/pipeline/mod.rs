@@ -1,4 +1,4 @@
-//! The pipeline file (PRODUCT.md §2): parsing, validation and the validated, plain types
+//! The pipeline file (docs/pipeline.md): parsing, validation and the validated, plain types
 //! the engine consumes.
 //!
 //! `doc` holds the serde/schemars document types (the wire format, the JSON Schema's

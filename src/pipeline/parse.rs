@@ -57,7 +57,7 @@ pub struct ParseOutcome {
     pub warnings: Vec<String>,
 }
 
-/// The honest warning every pipeline using `retry:` is accepted with (PRODUCT.md §2).
+/// The honest warning every pipeline using `retry:` is accepted with (docs/pipeline.md).
 pub fn retry_warning() -> &'static str {
     "retry re-runs the whole step at-least-once; enable it only if the step is idempotent \
      or fenced against a cooperating sink"

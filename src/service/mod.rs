@@ -5,8 +5,8 @@
 
 mod dispatch;
 mod driver;
+pub mod forward_progress;
 mod history;
-pub mod progress;
 pub mod protocol;
 pub mod sweep;
 #[cfg(test)]
@@ -148,7 +148,8 @@ pub struct Service {
     /// Prometheus metrics (`/metrics`).
     pub metrics: Arc<crate::metrics::Metrics>,
     /// The last forward-progress check and when it ran.
-    progress: Arc<tokio::sync::Mutex<Option<(std::time::Instant, progress::ProgressReport)>>>,
+    progress:
+        Arc<tokio::sync::Mutex<Option<(std::time::Instant, forward_progress::ProgressReport)>>>,
 }
 
 /// Tasks of a running service, for an orderly stop.
@@ -312,9 +313,9 @@ impl Service {
         self.outbox.availability()
     }
 
-    /// The forward-progress check (PRODUCT.md §5), at most one fresh pass per
+    /// The forward-progress check (`forward_progress::check`), at most one fresh pass per
     /// `PROGRESS_CHECK_MIN_INTERVAL`; callers in between get the last report.
-    pub async fn progress(&self) -> Result<progress::ProgressReport, StoreError> {
+    pub async fn forward_progress(&self) -> Result<forward_progress::ProgressReport, StoreError> {
         let mut last = self.progress.lock().await;
         if let Some((at, report)) = last.as_ref()
             && at.elapsed() < crate::limits::PROGRESS_CHECK_MIN_INTERVAL
@@ -322,7 +323,7 @@ impl Service {
             return Ok(report.clone());
         }
         let store = self.store.clone();
-        let report = tokio::task::spawn_blocking(move || progress::check(&store))
+        let report = tokio::task::spawn_blocking(move || forward_progress::check(&store))
             .await
             .map_err(|e| StoreError::Corrupt(format!("progress check panicked: {e}")))??;
         self.metrics

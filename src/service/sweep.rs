@@ -1,4 +1,4 @@
-//! The auto-retry sweep (PRODUCT.md §8): a periodic pass that reads at most `scan_limit`
+//! The auto-retry sweep (docs/auto-retry.md): a periodic pass that reads at most `scan_limit`
 //! rows of the auto-retry index (dead-lettered, auto-retryable runs by eligibility time;
 //! never the runs table) and hands them to the driver, which re-checks each inside its
 //! write transaction and resubmits, quarantines or skips it. Off by default: a pass of a

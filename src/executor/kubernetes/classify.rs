@@ -1,5 +1,5 @@
 //! Judging a Pod: the one pure function that turns a Pod object into a verdict and a
-//! failure class (PRODUCT.md §3, Kubernetes column). The Kubernetes executor and
+//! failure class (docs/failure-classes.md, Kubernetes column). The Kubernetes executor and
 //! `scarab explain-pod` both call [`judge`]; nothing else interprets Pods.
 //!
 //! # Evidence of a start
@@ -1009,7 +1009,7 @@ fn with_main_exit_code(judgement: Judgement, facts: &Facts) -> Judgement {
 
 #[cfg(test)]
 mod tests {
-    //! One row per Kubernetes fact of PRODUCT.md §3, with Pods shaped like what the
+    //! One row per Kubernetes fact of docs/failure-classes.md, with Pods shaped like what the
     //! kubelet, scheduler and controllers really write.
 
     use super::*;

@@ -3,7 +3,7 @@
 //! It runs detached from the service (its own session), so it outlives a crash or restart
 //! of it. It owns the kill-timer (a hung step dies at its timeout even while the service
 //! is down), captures the step's output, and writes the verdict atomically into the
-//! attempt directory. It classifies exactly as PRODUCT.md §3 says for local steps.
+//! attempt directory. It classifies exactly as docs/failure-classes.md says for local steps.
 
 use std::fs::{File, OpenOptions};
 use std::io;

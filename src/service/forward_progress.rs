@@ -1,6 +1,6 @@
 //! The forward-progress check over the store: every non-terminal run must wait on a
 //! durable timer that exists, a launch that is in the outbox, or an open gate
-//! (PRODUCT.md §5). The engine says what each run waits on; this checks that the store
+//! (`engine::waits`). The engine says what each run waits on; this checks that the store
 //! holds it. A stuck run is a bug, logged at error.
 
 use crate::engine::{Stuck, Wait, waits};

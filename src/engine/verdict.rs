@@ -1,4 +1,4 @@
-//! The executor's verdict and its failure class: the stable contract of PRODUCT.md §3.
+//! The executor's verdict and its failure class: the stable contract of docs/failure-classes.md.
 //!
 //! Class names are public (API, history, metrics) and versioned: never rename one.
 

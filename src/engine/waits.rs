@@ -1,4 +1,4 @@
-//! The forward-progress check (PRODUCT.md §5): every non-terminal run must be waiting on
+//! The forward-progress rule (docs/pipeline.md, gates and budgets): every non-terminal run must be waiting on
 //! a timer, an executor or a gate. Anything else is a bug in the engine, and this module
 //! is how tests and `/readyz` find one.
 

@@ -4,9 +4,9 @@
 //! history) shows the same answer.
 
 use super::Undelivered;
-use super::class::FailureClass;
 use super::machine::{BUDGET_EXCEEDED, GATE_EXPIRED, GATE_REJECTED};
 use super::state::{Run, RunState, StepState};
+use super::verdict::FailureClass;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FailureClassification {
