@@ -69,6 +69,29 @@ fn pod_name(run: &serde_json::Value, step: usize) -> String {
     format!("{}-s{step}-f{fence}", run["id"].as_str().expect("id"))
 }
 
+/// Polls until the auto kubelet has started the Pod (phase Running). A test that scripts
+/// an auto-mode Pod's end must wait for this: the auto kubelet checks that the Pod has not
+/// ended and then schedules and starts it, in separate steps, so an end scripted before
+/// the start can be overwritten by it, and the Pod then runs its whole command.
+fn wait_pod_running(cluster: &Cluster, name: &str) {
+    let deadline = std::time::Instant::now() + WITHIN;
+    loop {
+        let phase = cluster
+            .cluster
+            .pod(name)
+            .and_then(|p| p.status)
+            .and_then(|s| s.phase);
+        if phase.as_deref() == Some("Running") {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pod {name} never ran: phase {phase:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn kube_step(name: &str, script: &str) -> String {
     format!(
         "  - name: {name}\n    executor: kubernetes\n    image: alpine:3\n    command: [sh, -c, '{script}']\n"
@@ -124,14 +147,8 @@ fn oom_killed_pod_is_infra_post_start_and_dead_letters() {
             .is_some_and(|a| a["state"] == "running")
     });
     let name = pod_name(&run, 0);
-    let deadline = std::time::Instant::now() + WITHIN;
-    while cluster.cluster.kubelet().oom_kill(&name).is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "pod {name} never appeared"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_pod_running(&cluster, &name);
+    assert!(cluster.cluster.kubelet().oom_kill(&name).is_some());
     let run = server.wait_terminal(&id, WITHIN);
     assert_eq!(run["state"], "dead_lettered", "{run:#}");
     assert_eq!(attempts(&run, 0)[0]["class"], "infra_post_start");
@@ -160,16 +177,10 @@ fn kill9_with_a_pod_running_readopts_it_and_never_creates_it_twice() {
     });
     let fence = fences(&run, 0);
     let name = pod_name(&run, 0);
+    wait_pod_running(&cluster, &name);
     server.kill9();
     // The step finishes while Scarab is down.
-    let deadline = std::time::Instant::now() + WITHIN;
-    while cluster.cluster.kubelet().exit(&name, 0).is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "pod {name} never appeared"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert!(cluster.cluster.kubelet().exit(&name, 0).is_some());
     assert_eq!(cluster.pod_creations(), 1, "one Pod before the crash");
     // From here on the request log holds only what the restarted service sends.
     cluster.cluster.clear_request_log();
