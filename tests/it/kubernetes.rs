@@ -64,6 +64,15 @@ fn is_pod_list(target: &str) -> bool {
             .any(|p| p == "watch=true" || p == "watch=1")
 }
 
+/// A LIST request that carries a continue token: a page after the first.
+fn is_continued_pod_list(target: &str) -> bool {
+    is_pod_list(target)
+        && target.split_once('?').is_some_and(|(_, q)| {
+            q.split('&')
+                .any(|p| p.starts_with("continue=") && p.len() > 9)
+        })
+}
+
 fn pod_name(run: &serde_json::Value, step: usize) -> String {
     let fence = fences(run, step)[0];
     format!("{}-s{step}-f{fence}", run["id"].as_str().expect("id"))
@@ -249,6 +258,194 @@ fn zombie_pods_are_deleted_at_start_and_fences_are_never_reused() {
         fences(&run, 0)[0] > zombie_fence,
         "the counter was raised above the zombie's fence"
     );
+}
+
+/// A Pod labelled as Scarab's, with these run, step and fence label values, as a Pod of
+/// an attempt this store never had (or one with labels Scarab could not have written).
+fn managed_pod(name: &str, run: &str, step: &str, fence: &str) -> k8s_api::Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "labels": {
+            "app.kubernetes.io/managed-by": "scarab", "scarab.dev/run": run,
+            "scarab.dev/step": step, "scarab.dev/attempt": "1", "scarab.dev/fence": fence}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "step", "image": "alpine", "command": ["sh", "-c", "sleep 600"]}]}
+    }))
+    .expect("pod")
+}
+
+/// Creates `pods` through the API (eight at a time), as an earlier Scarab would have.
+fn create_pods(cluster: &Cluster, pods: &[k8s_api::Pod]) {
+    use futures::StreamExt;
+    cluster._runtime.block_on(async {
+        let api = kube::Api::<k8s_api::Pod>::namespaced(cluster.cluster.client(), "default");
+        let created: Vec<_> = futures::stream::iter(pods)
+            .map(|pod| {
+                let api = api.clone();
+                async move { api.create(&kube::api::PostParams::default(), pod).await }
+            })
+            .buffer_unordered(8)
+            .collect()
+            .await;
+        for result in created {
+            result.expect("create a managed Pod");
+        }
+    });
+}
+
+/// Polls until none of `names` is left in the cluster.
+fn wait_deleted(cluster: &Cluster, names: &[String], what: &str) {
+    let deadline = std::time::Instant::now() + WITHIN;
+    loop {
+        let left: Vec<&String> = names
+            .iter()
+            .filter(|n| cluster.cluster.pod(n).is_some())
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: {} Pods not deleted, among them {:?}",
+            left.len(),
+            left.first()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The start-up LIST in pages: more stale managed Pods than one page (500) holds are in
+/// the namespace before `scarab serve` starts. Every one is deleted, the LIST followed
+/// continue tokens between the deletions of one page and the next, and the fence counter
+/// is raised above the highest stale fence, which is on the last page.
+#[test]
+fn a_start_up_list_of_several_pages_deletes_every_stale_pod_and_counts_every_fence() {
+    const STALE: u64 = 1_100;
+    const PAGE: usize = 500;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    // Run ids rise with i, so the names sort (as the API server pages them) in the order
+    // of i, and the highest fence is on the last page.
+    let now = scarab::clock::now().0;
+    let stale: Vec<(String, u64)> = (0..STALE)
+        .map(|i| {
+            let run = scarab::engine::RunId(ulid::Ulid::from_parts(now - STALE + i, 7).0);
+            let fence = 1_000 + i;
+            (run.to_string(), fence)
+        })
+        .collect();
+    let names: Vec<String> = stale
+        .iter()
+        .map(|(run, fence)| format!("{run}-s0-f{fence}"))
+        .collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(sorted, names, "the names sort in the order of their fences");
+    let highest = stale.iter().map(|(_, f)| *f).max().expect("stale Pods");
+    let pods: Vec<k8s_api::Pod> = stale
+        .iter()
+        .zip(&names)
+        .map(|((run, fence), name)| managed_pod(name, run, "0", &fence.to_string()))
+        .collect();
+    create_pods(&cluster, &pods);
+    assert_eq!(cluster.cluster.pods().len(), STALE as usize);
+    cluster.cluster.clear_request_log();
+
+    let server = cluster.serve(dir.path());
+    wait_deleted(&cluster, &names, "stale Pods");
+
+    let log = cluster.cluster.request_log();
+    let mut deleted_at = std::collections::HashMap::new();
+    let mut deletes = 0;
+    for (i, (method, target)) in log.iter().enumerate() {
+        if *method != Method::DELETE {
+            continue;
+        }
+        deletes += 1;
+        let path = target.split('?').next().unwrap_or(target);
+        if let Some((_, name)) = path.rsplit_once("/pods/") {
+            assert!(
+                deleted_at.insert(name.to_string(), i).is_none(),
+                "{name} deleted twice"
+            );
+        }
+    }
+    assert_eq!(deletes, STALE as usize, "one DELETE per stale Pod");
+    let continued: Vec<usize> = log
+        .iter()
+        .enumerate()
+        .filter(|(_, (m, t))| *m == Method::GET && is_continued_pod_list(t))
+        .map(|(i, _)| i)
+        .collect();
+    // Only the start-up recovery deletes, one page at a time: a page's Pods are deleted
+    // before the next page is asked for. So a LIST with a continue token lies between the
+    // last deletion of one page and the first of the next.
+    let pages: Vec<&[String]> = names.chunks(PAGE).collect();
+    assert_eq!(pages.len(), 3);
+    for (page, next) in pages.iter().zip(&pages[1..]) {
+        let last = page.iter().map(|n| deleted_at[n]).max().expect("a page");
+        let first = next.iter().map(|n| deleted_at[n]).min().expect("a page");
+        assert!(
+            continued.iter().any(|&c| last < c && c < first),
+            "no continued LIST between deleting {} and {} (continued LISTs at {continued:?}, deletions at {last} and {first})",
+            page[page.len() - 1],
+            next[0]
+        );
+    }
+
+    cluster.cluster.kubelet().auto(true);
+    let id = server.submit(&format!("name: k\nsteps:\n{}", kube_step("a", "exit 0")));
+    let run = server.wait_terminal(&id, WITHIN);
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    assert!(
+        fences(&run, 0)[0] > highest,
+        "the new attempt's fence {} is above the highest stale fence {highest}, found on the last page",
+        fences(&run, 0)[0]
+    );
+}
+
+/// Managed Pods whose labels no store of this lineage could have written: a fence of
+/// u64::MAX and a fence label that is not a number. The service starts, deletes both,
+/// does not raise its counter for them, and mints normal fences.
+#[test]
+fn pods_with_an_implausible_or_unreadable_fence_are_deleted_and_do_not_raise_the_counter() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    let run = "r01m8xaz6t4hpa5m3jsn0p2xd4n";
+    let max = format!("{run}-s0-f{}", u64::MAX);
+    let garbage = format!("{run}-s1-fgarbage");
+    // A plausible stale Pod beside them: its fence (40) is counted, so the counter moves.
+    let plausible = format!("{run}-s2-f40");
+    create_pods(
+        &cluster,
+        &[
+            managed_pod(&max, run, "0", &u64::MAX.to_string()),
+            managed_pod(&garbage, run, "1", "garbage"),
+            managed_pod(&plausible, run, "2", "40"),
+        ],
+    );
+    assert_eq!(cluster.cluster.pods().len(), 3);
+    let server = cluster.serve(dir.path());
+    wait_deleted(
+        &cluster,
+        &[max.clone(), garbage.clone(), plausible.clone()],
+        "managed Pods of no in-flight attempt",
+    );
+    cluster.cluster.kubelet().auto(true);
+    let id = server.submit(&format!("name: k\nsteps:\n{}", kube_step("a", "exit 0")));
+    let run = server.wait_terminal(&id, WITHIN);
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    let fence = fences(&run, 0)[0];
+    assert!(
+        fence > 40,
+        "the counter must be raised above the plausible stale fence 40; minted {fence}"
+    );
+    assert!(
+        fence < 1_000,
+        "the implausible fences must not raise the counter; minted {fence}"
+    );
+    let id = server.submit(&format!("name: k2\nsteps:\n{}", kube_step("a", "exit 0")));
+    let next = server.wait_terminal(&id, WITHIN);
+    assert_eq!(next["state"], "succeeded", "{next:#}");
+    assert_eq!(fences(&next, 0)[0], fence + 1, "minting goes on one by one");
 }
 
 #[test]
