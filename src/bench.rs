@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::engine::{
-    Attempt, AttemptState, Fence, Outcome, RunHeader, RunId, RunState, StepProgress, StepState,
+    Attempt, AttemptState, Fence, Outcome, RunHeader, RunId, RunState, RunStep, StepState,
     Timestamp, Verdict,
 };
 use crate::executor::fake::FakeExecutor;
@@ -208,7 +208,7 @@ fn populate_dead_lettered(dir: &Path, runs: u64) -> anyhow::Result<()> {
             tx.put_step(
                 id,
                 0,
-                &StepProgress::in_state(StepState::DeadLettered {
+                &RunStep::in_state(StepState::DeadLettered {
                     reason: "InfraRetriesExhausted".into(),
                 }),
             )?;
@@ -625,7 +625,7 @@ fn populate(dir: &Path, finished: u64, inflight: u64) -> anyhow::Result<()> {
                     finished_at: at,
                 })
             };
-            let progress = StepProgress::in_state(if active {
+            let progress = RunStep::in_state(if active {
                 StepState::Active
             } else {
                 StepState::Succeeded

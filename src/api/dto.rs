@@ -74,10 +74,7 @@ pub fn gate_decision(decision: &crate::engine::GateDecision) -> GateDecisionDto 
     }
 }
 
-fn gate_dto(
-    spec: &crate::pipeline::Step,
-    progress: &crate::engine::StepProgress,
-) -> Option<GateDto> {
+fn gate_dto(spec: &crate::pipeline::Step, progress: &crate::engine::RunStep) -> Option<GateDto> {
     let gate_spec = spec.action.gate()?;
     let gate = progress.gate.as_ref();
     Some(GateDto {

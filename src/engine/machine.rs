@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::retry::{self, Decision};
 use super::state::{
     Attempt, AttemptState, BudgetClock, CancelRequest, GateDecision, GateOutcome, GateProgress,
-    KillReason, Run, RunHeader, RunState, StepProgress, StepState,
+    KillReason, Run, RunHeader, RunState, RunStep, StepState,
 };
 use super::{
     Effects, EngineSettings, Event, FenceCounter, Input, Intent, LaunchOrder, Outcome, RunId,
@@ -81,7 +81,7 @@ impl Engine {
             budget: pipeline.budget.map(|limit| BudgetClock::new(limit, now)),
             auto_retry: Default::default(),
         };
-        let steps = vec![StepProgress::new(); pipeline.steps.len()];
+        let steps = vec![RunStep::new(); pipeline.steps.len()];
         let mut run = Run {
             header,
             pipeline,

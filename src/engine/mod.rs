@@ -27,7 +27,7 @@ pub use machine::{BUDGET_EXCEEDED, Engine, GATE_EXPIRED, GATE_REJECTED, Rejected
 pub use run_failure::{FailureClassification, classify_run};
 pub use state::{
     Attempt, AttemptState, AutoRetryState, BudgetClock, CancelRequest, GateDecision, GateOutcome,
-    GateProgress, KillReason, Run, RunHeader, RunState, StepProgress, StepState,
+    GateProgress, KillReason, Run, RunHeader, RunState, RunStep, StepState,
 };
 pub use verdict::{FailureClass, Outcome, Verdict};
 pub use waits::{Stuck, Wait, waits};

@@ -278,12 +278,7 @@ fn model_budget(class: FailureClass, policy: Option<&RetryPolicy>, infra_retries
 
 /// Every failed attempt followed by another was retryable; a step that stopped on a
 /// failure had used up that failure's budget (unless a cancel stopped it).
-fn check_retry_decisions(
-    spec: &Step,
-    progress: &StepProgress,
-    infra_retries: u32,
-    cancelled: bool,
-) {
+fn check_retry_decisions(spec: &Step, progress: &RunStep, infra_retries: u32, cancelled: bool) {
     let policy = spec.retry.as_ref();
     for (i, attempt) in progress.attempts.iter().enumerate() {
         let Some(class) = attempt.class() else {

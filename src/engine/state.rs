@@ -276,7 +276,7 @@ impl Attempt {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StepProgress {
+pub struct RunStep {
     pub state: StepState,
     /// A gate step's record once it opened; `None` for other steps.
     pub gate: Option<GateProgress>,
@@ -331,9 +331,9 @@ impl GateOutcome {
     }
 }
 
-impl StepProgress {
+impl RunStep {
     pub fn new() -> Self {
-        StepProgress {
+        RunStep {
             state: StepState::Pending,
             gate: None,
             try_start: 0,
@@ -348,9 +348,9 @@ impl StepProgress {
 
     /// A step in `state` with no gate record and no attempts.
     pub fn in_state(state: StepState) -> Self {
-        StepProgress {
+        RunStep {
             state,
-            ..StepProgress::new()
+            ..RunStep::new()
         }
     }
 
@@ -359,9 +359,9 @@ impl StepProgress {
     }
 }
 
-impl Default for StepProgress {
+impl Default for RunStep {
     fn default() -> Self {
-        StepProgress::new()
+        RunStep::new()
     }
 }
 
@@ -370,7 +370,7 @@ impl Default for StepProgress {
 pub struct Run {
     pub header: RunHeader,
     pub pipeline: Arc<Pipeline>,
-    pub steps: Vec<StepProgress>,
+    pub steps: Vec<RunStep>,
 }
 
 impl Run {

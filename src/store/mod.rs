@@ -15,7 +15,7 @@ use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
 };
 
-use crate::engine::{Attempt, Fence, RunHeader, RunId, RunState, StepProgress, Timestamp};
+use crate::engine::{Attempt, Fence, RunHeader, RunId, RunState, RunStep, Timestamp};
 use records::{
     DeadLetter, HistoryRecord, OutboxMessage, PipelineSource, StoredRun, TimerKey, TimerKind,
 };
@@ -303,7 +303,7 @@ impl WriteTx {
         &mut self,
         run: RunId,
         step: usize,
-        progress: &StepProgress,
+        progress: &RunStep,
     ) -> Result<(), StoreError> {
         let key = (run.0, step_key(step)?);
         self.inner
@@ -792,13 +792,13 @@ fn read_run(tables: &impl Tables, run: RunId) -> Result<Option<StoredRun>, Store
         .get(run.0)?
         .ok_or_else(|| corrupt("no pipeline".into()))
         .and_then(|v| Ok(codec::decode::<PipelineSource>(v.value())?))?;
-    let mut steps: Vec<StepProgress> = Vec::new();
+    let mut steps: Vec<RunStep> = Vec::new();
     for entry in tables.table(STEPS)?.range((run.0, 0)..=(run.0, u16::MAX))? {
         let (key, value) = entry?;
         if usize::from(key.value().1) != steps.len() {
             return Err(corrupt("a gap in its steps".into()));
         }
-        steps.push(codec::decode::<StepProgress>(value.value())?);
+        steps.push(codec::decode::<RunStep>(value.value())?);
     }
     for entry in tables
         .table(ATTEMPTS)?

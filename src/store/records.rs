@@ -263,7 +263,7 @@ impl TimerKind {
 pub struct StoredRun {
     pub header: crate::engine::RunHeader,
     pub source: PipelineSource,
-    pub steps: Vec<crate::engine::StepProgress>,
+    pub steps: Vec<crate::engine::RunStep>,
 }
 
 /// Implements [`Record`] for a stored kind: `to` makes the current format's record from a
@@ -292,7 +292,7 @@ macro_rules! record {
 record!(engine::RunHeader, "run",
     to: v2::RunHeader::from,
     2 => |r: v2::RunHeader| engine::RunHeader::try_from(r));
-record!(engine::StepProgress, "step",
+record!(engine::RunStep, "step",
     to: v2::step_row,
     2 => v2::step_from_row);
 record!(engine::Attempt, "attempt",

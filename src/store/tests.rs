@@ -60,7 +60,7 @@ fn a_run_round_trips_and_the_indexes_follow_its_state() {
     tx.put_pipeline(RunId(5), &source).expect("pipeline");
     tx.put_run(&header(5, RunState::Running, 10), None)
         .expect("run");
-    tx.put_step(RunId(5), 0, &StepProgress::in_state(StepState::Active))
+    tx.put_step(RunId(5), 0, &RunStep::in_state(StepState::Active))
         .expect("step");
     tx.put_attempt(RunId(5), 0, &attempt(1, 7, false))
         .expect("attempt");
@@ -230,7 +230,7 @@ fn a_backup_copies_every_table_and_reopens_with_the_same_rows() {
     tx.put_pipeline(RunId(5), &source).expect("pipeline");
     tx.put_run(&header(5, RunState::Running, 10), None)
         .expect("run");
-    tx.put_step(RunId(5), 0, &StepProgress::in_state(StepState::Active))
+    tx.put_step(RunId(5), 0, &RunStep::in_state(StepState::Active))
         .expect("step");
     tx.put_attempt(RunId(5), 0, &attempt(1, 7, false))
         .expect("attempt");

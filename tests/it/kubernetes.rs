@@ -477,7 +477,7 @@ fn an_unreachable_api_server_delays_launches_without_losing_or_duplicating_them(
 
 type Script = fn(&k8s_api::Kubelet, &str) -> Option<k8s_openapi::api::core::v1::Pod>;
 
-/// Every row of PRODUCT.md §3's Kubernetes column, end to end through the executor:
+/// Every row of the Kubernetes column of docs/failure-classes.md, end to end through the executor:
 /// the kubelet writes what Kubernetes writes; the run must end with the right class,
 /// `started`, and terminal run state.
 #[test]
@@ -698,7 +698,7 @@ fn readopt_10k_pods_benchmark() {
         tx.put_step(
             run,
             0,
-            &scarab::engine::StepProgress::in_state(StepState::Active),
+            &scarab::engine::RunStep::in_state(StepState::Active),
         )
         .expect("step");
         let attempt = Attempt {
@@ -986,7 +986,7 @@ fn an_exhausted_launch_dead_letters_the_run_and_a_requeue_completes_it() {
     );
 }
 
-// --- The auto-retry sweep (PRODUCT.md §8) --------------------------------------------------
+// --- The auto-retry sweep (docs/auto-retry.md) ----------------------------------------------
 
 /// A config file turning the sweep on (or leaving it off) with short intervals.
 fn auto_retry_config(dir: &std::path::Path, enabled: bool, backoff: &str) -> String {

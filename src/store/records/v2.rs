@@ -247,7 +247,7 @@ pub enum GateOutcome {
 }
 
 /// A step's row, without its attempts (they are rows of their own).
-pub fn step_row(progress: &engine::StepProgress) -> StepRow {
+pub fn step_row(progress: &engine::RunStep) -> StepRow {
     let state = match &progress.state {
         engine::StepState::Pending => StepState::Pending,
         engine::StepState::Active => StepState::Active,
@@ -284,9 +284,7 @@ pub fn step_row(progress: &engine::StepProgress) -> StepRow {
 }
 
 /// A step rebuilt from its row, with no attempts yet.
-pub fn step_from_row(
-    (state, gate, try_start): StepRow,
-) -> Result<engine::StepProgress, Implausible> {
+pub fn step_from_row((state, gate, try_start): StepRow) -> Result<engine::RunStep, Implausible> {
     let state = match state {
         StepState::Pending => engine::StepState::Pending,
         StepState::Active => engine::StepState::Active,
@@ -317,7 +315,7 @@ pub fn step_from_row(
     });
     let try_start = usize::try_from(try_start)
         .map_err(|_| implausible("step", "try_start", format!("{try_start} is out of range")))?;
-    Ok(engine::StepProgress {
+    Ok(engine::RunStep {
         state,
         gate,
         try_start,
