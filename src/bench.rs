@@ -692,7 +692,7 @@ fn crash_recovery(exe: &Path, dir: &Path, steps: u64) -> anyhow::Result<String> 
     // Wait until every attempt is confirmed running (the set-up, before the crash).
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let store_running = count_running_attempts(&state, &token, server.port, &ids)?;
+        let store_running = count_running_attempts(&token, server.port, &ids)?;
         if store_running >= steps {
             break;
         }
@@ -743,52 +743,45 @@ fn crash_recovery(exe: &Path, dir: &Path, steps: u64) -> anyhow::Result<String> 
     ))
 }
 
-/// How many of `ids` are not in a terminal state (or could not be read).
-fn count_unfinished_runs(token: &str, port: u16, ids: &[String]) -> anyhow::Result<u64> {
+/// Each run's detail, as the service answers it.
+fn run_details(token: &str, port: u16, ids: &[String]) -> anyhow::Result<Vec<serde_json::Value>> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
         .into();
-    let mut unfinished = 0;
+    let mut runs = Vec::with_capacity(ids.len());
     for id in ids {
         let mut response = agent
             .get(format!("http://127.0.0.1:{port}/v1/runs/{id}"))
             .header("Authorization", format!("Bearer {token}"))
             .call()?;
-        let run: serde_json::Value = serde_json::from_str(&response.body_mut().read_to_string()?)?;
-        let terminal = RunState::ALL
-            .iter()
-            .find(|s| run["state"] == s.as_str())
-            .is_some_and(|s| s.is_terminal());
-        if !terminal {
-            unfinished += 1;
-        }
+        runs.push(serde_json::from_str(
+            &response.body_mut().read_to_string()?,
+        )?);
     }
-    Ok(unfinished)
+    Ok(runs)
 }
 
-fn count_running_attempts(
-    _state: &Path,
-    token: &str,
-    port: u16,
-    ids: &[String],
-) -> anyhow::Result<u64> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let mut running = 0;
-    for id in ids {
-        let mut response = agent
-            .get(format!("http://127.0.0.1:{port}/v1/runs/{id}"))
-            .header("Authorization", format!("Bearer {token}"))
-            .call()?;
-        let run: serde_json::Value = serde_json::from_str(&response.body_mut().read_to_string()?)?;
-        for step in run["steps"].as_array().into_iter().flatten() {
-            if step["attempts"][0]["state"] == "running" {
-                running += 1;
-            }
-        }
-    }
-    Ok(running)
+/// How many of `ids` are not in a terminal state (or could not be read).
+fn count_unfinished_runs(token: &str, port: u16, ids: &[String]) -> anyhow::Result<u64> {
+    let unfinished = run_details(token, port, ids)?
+        .iter()
+        .filter(|run| {
+            !RunState::ALL
+                .iter()
+                .find(|s| run["state"] == s.as_str())
+                .is_some_and(|s| s.is_terminal())
+        })
+        .count();
+    Ok(unfinished as u64)
+}
+
+/// How many steps of `ids` have their first attempt running.
+fn count_running_attempts(token: &str, port: u16, ids: &[String]) -> anyhow::Result<u64> {
+    let running = run_details(token, port, ids)?
+        .iter()
+        .flat_map(|run| run["steps"].as_array().cloned().unwrap_or_default())
+        .filter(|step| step["attempts"][0]["state"] == "running")
+        .count();
+    Ok(running as u64)
 }
