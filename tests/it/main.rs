@@ -22,3 +22,4 @@ mod schema;
 mod upgrade;
 mod webhooks;
 mod zombies;
+mod torture;

@@ -1,0 +1,150 @@
+//! The kill -9 torture: a client submits runs without pause while the service is killed
+//! with SIGKILL and started again, cycle after cycle. Afterwards every acknowledged run
+//! is present and succeeded, every step ran exactly once (its output file has one line,
+//! the fence of its only attempt), and fences only went up.
+//!
+//! `SCARAB_TORTURE_CYCLES` sets the number of kills (10 in the suite; the long form is
+//! `SCARAB_TORTURE_CYCLES=100 cargo test --test it torture -- --nocapture`, see
+//! docs/benchmarks.md). The kill times come from a seed printed at the start;
+//! `SCARAB_TORTURE_SEED` replays one.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::common::{Server, attempts};
+
+const STEPS: [&str; 2] = ["a", "b"];
+
+/// A small deterministic generator: the seed reproduces the kill times.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next_ms(&mut self, low: u64, high: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        low + (self.0 >> 33) % (high - low)
+    }
+}
+
+fn pipeline(out: &Path, index: u64) -> String {
+    let mut yaml = format!("name: torture-{index}\nsteps:\n");
+    for (i, step) in STEPS.iter().enumerate() {
+        let needs = if i == 0 {
+            String::new()
+        } else {
+            format!("\n    needs: [{}]", STEPS[i - 1])
+        };
+        yaml.push_str(&format!(
+            "  - name: {step}{needs}\n    run: [sh, -c, 'echo $SCARAB_FENCE >> {}/{index}-{step}; sleep 0.2']\n",
+            out.display()
+        ));
+    }
+    yaml
+}
+
+#[test]
+fn kill_9_under_load_loses_nothing_and_runs_nothing_twice() {
+    let cycles: u64 = std::env::var("SCARAB_TORTURE_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let seed: u64 = std::env::var("SCARAB_TORTURE_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+    eprintln!("torture: {cycles} cycles, SCARAB_TORTURE_SEED={seed}");
+    let mut random = Lcg(seed);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).expect("out dir");
+    let server = Arc::new(Mutex::new(Server::start(&dir.path().join("state"))));
+    let (url, token) = {
+        let server = server.lock().expect("server");
+        (server.url.clone(), server.token.clone())
+    };
+
+    // The load: one run after another, each with a fresh index (an unanswered submission
+    // may still have created its run; it must never share an output file).
+    let acknowledged: Arc<Mutex<BTreeMap<u64, String>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let submitter = {
+        let (acknowledged, stop, out) = (acknowledged.clone(), stop.clone(), out.clone());
+        std::thread::spawn(move || {
+            let agent = crate::common::agent();
+            let mut index = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                index += 1;
+                let answer = agent
+                    .post(format!("{url}/v1/runs"))
+                    .header("Authorization", format!("Bearer {token}"))
+                    .header("Content-Type", "application/yaml")
+                    .send(pipeline(&out, index).as_bytes());
+                match answer {
+                    Ok(mut response) if response.status() == 201 => {
+                        let body = response.body_mut().read_to_string().unwrap_or_default();
+                        let body: serde_json::Value =
+                            serde_json::from_str(&body).expect("submit answer");
+                        let id = body["id"].as_str().expect("id").to_string();
+                        acknowledged.lock().expect("acknowledged").insert(index, id);
+                    }
+                    _ => std::thread::sleep(Duration::from_millis(20)),
+                }
+                std::thread::sleep(Duration::from_millis(15));
+            }
+        })
+    };
+
+    for _ in 0..cycles {
+        std::thread::sleep(Duration::from_millis(random.next_ms(200, 900)));
+        let mut server = server.lock().expect("server");
+        server.kill9();
+        std::thread::sleep(Duration::from_millis(random.next_ms(0, 200)));
+        server.resume();
+    }
+    stop.store(true, Ordering::Relaxed);
+    submitter.join().expect("submitter");
+
+    let server = server.lock().expect("server");
+    let acknowledged = acknowledged.lock().expect("acknowledged").clone();
+    assert!(
+        acknowledged.len() as u64 >= cycles,
+        "the load was too thin: {} runs",
+        acknowledged.len()
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut all_fences = Vec::new();
+    for (index, id) in &acknowledged {
+        let within = deadline.saturating_duration_since(Instant::now());
+        let run = server.wait_terminal(id, within);
+        assert_eq!(run["state"], "succeeded", "run {index}: {run:#}");
+        for (i, step) in STEPS.iter().enumerate() {
+            let tries = attempts(&run, i);
+            assert_eq!(tries.len(), 1, "run {index} step {step}: {run:#}");
+            let fence = tries[0]["fence"].as_u64().expect("fence");
+            let lines = std::fs::read_to_string(out.join(format!("{index}-{step}")))
+                .unwrap_or_default();
+            assert_eq!(
+                lines.lines().collect::<Vec<_>>(),
+                vec![fence.to_string()],
+                "run {index} step {step} ran once, under its attempt's fence"
+            );
+            all_fences.push(fence);
+        }
+    }
+    let distinct: std::collections::BTreeSet<u64> = all_fences.iter().copied().collect();
+    assert_eq!(distinct.len(), all_fences.len(), "no fence was minted twice");
+    eprintln!(
+        "torture: {cycles} kills, {} acknowledged runs, {} steps, 0 lost, 0 ran twice",
+        acknowledged.len(),
+        all_fences.len()
+    );
+}
