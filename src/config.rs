@@ -65,6 +65,9 @@ pub struct EngineSection {
     /// How long SIGTERM waits for in-flight requests and the last commit before exiting.
     #[serde(default, with = "optional_duration")]
     pub shutdown_deadline: Option<Duration>,
+    /// Variables of the service's environment that local steps also see (beside `PATH`,
+    /// `HOME`, `LANG`, Scarab's `SCARAB_*` and their pipeline's `env`).
+    pub step_env_passthrough: Option<Vec<String>>,
 }
 
 /// `[kubernetes]`: where `executor: kubernetes` steps run.
@@ -452,6 +455,31 @@ impl ConfigFile {
         }
         if e.max_deliveries.is_some_and(|n| !(1..=1000).contains(&n)) {
             return Err("engine.max_deliveries: must be between 1 and 1000".into());
+        }
+        let passthrough = e.step_env_passthrough.as_deref().unwrap_or_default();
+        if passthrough.len() > crate::limits::STEP_ENV_PASSTHROUGH_MAX {
+            return Err(format!(
+                "engine.step_env_passthrough: at most {} names",
+                crate::limits::STEP_ENV_PASSTHROUGH_MAX
+            ));
+        }
+        for (i, name) in passthrough.iter().enumerate() {
+            let valid = name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && name.len() <= crate::limits::ENV_NAME_MAX_BYTES;
+            if !valid {
+                return Err(format!(
+                    "engine.step_env_passthrough[{i}]: {name:?} is not a variable name"
+                ));
+            }
+            if name.starts_with("SCARAB_") {
+                return Err(format!(
+                    "engine.step_env_passthrough[{i}]: {name:?}: the service's SCARAB_* variables never reach a step"
+                ));
+            }
         }
         let k = &self.kubernetes;
         for (key, value) in [

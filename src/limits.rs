@@ -102,6 +102,8 @@ pub const OUTBOX_ERROR_MAX_BYTES: usize = 2048;
 pub const KILL_GRACE: Duration = Duration::from_secs(5);
 /// Extra time the engine backstop allows past a step's timeout before it steps in.
 pub const BACKSTOP_SLACK: Duration = Duration::from_secs(30);
+/// Names in `engine.step_env_passthrough`.
+pub const STEP_ENV_PASSTHROUGH_MAX: usize = 64;
 /// Distinct outputs one attempt may store.
 pub const OUTPUTS_PER_ATTEMPT_MAX: usize = 32;
 /// Verdict reasons and messages are cut to this length.

@@ -151,6 +151,7 @@ impl EngineArgs {
             .infra_retries
             .or(engine.infra_retries)
             .unwrap_or(defaults.engine.infra_retries);
+        settings.step_env_passthrough = engine.step_env_passthrough.clone().unwrap_or_default();
         settings.kill_grace = self
             .kill_grace
             .or(engine.kill_grace)

@@ -43,6 +43,8 @@ pub struct Settings {
     pub engine: EngineSettings,
     /// SIGTERM-to-SIGKILL grace when Scarab stops a local step.
     pub kill_grace: Duration,
+    /// Variables of the service's environment that local steps also see.
+    pub step_env_passthrough: Vec<String>,
     /// Delivery attempts per outbox message (dead-lettering on exhaustion comes with the
     /// dead-letter queue; until then a message keeps retrying at the capped backoff).
     pub max_deliveries: u32,
@@ -84,6 +86,7 @@ impl Default for Settings {
         Settings {
             engine: EngineSettings::default(),
             kill_grace: crate::limits::KILL_GRACE,
+            step_env_passthrough: Vec::new(),
             max_deliveries: 10,
             kubernetes: None,
             step_tokens: None,
@@ -178,6 +181,7 @@ pub async fn start(
 ) -> Result<Running, StartError> {
     let attempts = state_dir.attempts();
     let kill_grace = settings.kill_grace;
+    let passthrough = settings.step_env_passthrough.clone();
     let client = match &settings.kubernetes {
         Some(kube) => Some(kube_client(kube).await?),
         None => None,
@@ -197,7 +201,7 @@ pub async fn start(
             };
             KubeExecutor::start(client, settings, reports.clone())
         });
-        let local = LocalExecutor::new(attempts, supervisor_exe, kill_grace, reports)
+        let local = LocalExecutor::new(attempts, supervisor_exe, kill_grace, passthrough, reports)
             .map_err(|e| StartError::Executor(e.to_string()))?;
         Ok(Executors { local, kubernetes })
     })

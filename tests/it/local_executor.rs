@@ -40,6 +40,7 @@ fn executor(attempts: &Path) -> (LocalExecutor, mpsc::Receiver<Report>) {
         attempts.to_path_buf(),
         common::BIN.into(),
         Duration::from_secs(1),
+        Vec::new(),
         tx,
     )
     .expect("executor");

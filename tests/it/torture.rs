@@ -130,8 +130,8 @@ fn kill_9_under_load_loses_nothing_and_runs_nothing_twice() {
             let tries = attempts(&run, i);
             assert_eq!(tries.len(), 1, "run {index} step {step}: {run:#}");
             let fence = tries[0]["fence"].as_u64().expect("fence");
-            let lines = std::fs::read_to_string(out.join(format!("{index}-{step}")))
-                .unwrap_or_default();
+            let lines =
+                std::fs::read_to_string(out.join(format!("{index}-{step}"))).unwrap_or_default();
             assert_eq!(
                 lines.lines().collect::<Vec<_>>(),
                 vec![fence.to_string()],
@@ -141,7 +141,11 @@ fn kill_9_under_load_loses_nothing_and_runs_nothing_twice() {
         }
     }
     let distinct: std::collections::BTreeSet<u64> = all_fences.iter().copied().collect();
-    assert_eq!(distinct.len(), all_fences.len(), "no fence was minted twice");
+    assert_eq!(
+        distinct.len(),
+        all_fences.len(),
+        "no fence was minted twice"
+    );
     eprintln!(
         "torture: {cycles} kills, {} acknowledged runs, {} steps, 0 lost, 0 ran twice",
         acknowledged.len(),

@@ -31,6 +31,8 @@ struct Inner {
     attempts_dir: PathBuf,
     supervisor_exe: PathBuf,
     kill_grace: Duration,
+    /// What of the service's environment steps see (`step_environment`).
+    step_env_passthrough: Vec<String>,
     reports: mpsc::Sender<Report>,
     /// Fences with a watcher task, so a redelivered launch never watches twice.
     watching: Mutex<HashSet<Fence>>,
@@ -56,6 +58,7 @@ impl LocalExecutor {
         attempts_dir: PathBuf,
         supervisor_exe: PathBuf,
         kill_grace: Duration,
+        step_env_passthrough: Vec<String>,
         reports: mpsc::Sender<Report>,
     ) -> io::Result<Self> {
         std::fs::create_dir_all(&attempts_dir)?;
@@ -64,6 +67,7 @@ impl LocalExecutor {
                 attempts_dir,
                 supervisor_exe,
                 kill_grace,
+                step_env_passthrough,
                 reports,
                 watching: Mutex::new(HashSet::new()),
                 awaiting_go: Mutex::new(HashMap::new()),
@@ -148,6 +152,11 @@ impl LocalExecutor {
         command
             .arg("supervise")
             .arg(dir)
+            // A clean environment: the supervisor, and the step after it, never see the
+            // service's own (its tokens, its configuration), only what `step_environment`
+            // lets through.
+            .env_clear()
+            .envs(step_environment(&self.inner.step_env_passthrough))
             // The launch handshake (see `supervisor::wait_for_go`).
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -465,6 +474,28 @@ impl LocalExecutor {
         }
         Ok(fences)
     }
+}
+
+/// What a local step sees of the service's environment: `PATH` (a standard one if the
+/// service has none), `HOME`, `LANG` and the names of `engine.step_env_passthrough`.
+/// Scarab's own `SCARAB_*` variables for the step and its pipeline's `env` come on top,
+/// from the supervisor.
+pub fn step_environment(passthrough: &[String]) -> Vec<(String, std::ffi::OsString)> {
+    let mut env = vec![(
+        "PATH".to_string(),
+        std::env::var_os("PATH").unwrap_or_else(|| {
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()
+        }),
+    )];
+    for name in ["HOME", "LANG"]
+        .into_iter()
+        .chain(passthrough.iter().map(String::as_str))
+    {
+        if let Some(value) = std::env::var_os(name) {
+            env.push((name.to_string(), value));
+        }
+    }
+    env
 }
 
 /// A pidfd for the supervisor, only if the lock proves it is still that process: opened

@@ -20,6 +20,8 @@ pub struct Server {
     extra_args: Vec<String>,
     /// The `scarab` executable the service runs (and its supervisors with it).
     bin: PathBuf,
+    /// Variables added to the service's environment.
+    extra_env: Vec<(String, String)>,
 }
 
 fn free_port() -> u16 {
@@ -38,8 +40,17 @@ impl Server {
         Server::start_binary(Path::new(BIN), state_dir, extra_args)
     }
 
+    /// A service with more variables in its environment.
+    pub fn start_with_env(state_dir: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> Server {
+        Server::launch(Path::new(BIN), state_dir, extra_args, env)
+    }
+
     /// The service of another `scarab` executable (an installed copy of the build).
     pub fn start_binary(bin: &Path, state_dir: &Path, extra_args: &[&str]) -> Server {
+        Server::launch(bin, state_dir, extra_args, &[])
+    }
+
+    fn launch(bin: &Path, state_dir: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> Server {
         let port = free_port();
         let mut server = Server {
             state_dir: state_dir.to_path_buf(),
@@ -49,6 +60,10 @@ impl Server {
             port,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             bin: bin.to_path_buf(),
+            extra_env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         server.spawn();
         server
@@ -68,6 +83,7 @@ impl Server {
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.port))
             .args(&self.extra_args)
+            .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
             .env("SCARAB_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
