@@ -485,9 +485,13 @@ pub fn backup(args: &ClientArgs, out: &Path) -> anyhow::Result<ExitCode> {
         .and_then(|v| v.to_str().ok())
         .map(str::to_string)
         .context("the service sent no row counts")?;
+    use std::os::unix::fs::OpenOptionsExt;
+    // A backup holds everything the store does (pipelines with their env, step tokens'
+    // inputs): private whatever the umask.
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
+        .mode(0o600)
         .open(&partial)
         .with_context(|| format!("creating {}", partial.display()))?;
     let written = std::io::copy(&mut response.body_mut().as_reader(), &mut file)

@@ -274,6 +274,10 @@ fn restore(file: &Path, state_dir: &Path) -> anyhow::Result<ExitCode> {
     let staged = state_dir.join("scarab.redb.restoring");
     let _ = std::fs::remove_file(&staged);
     std::fs::copy(file, &staged).with_context(|| format!("copying {}", file.display()))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o600))?;
+    }
     std::fs::File::open(&staged)?.sync_all()?;
     let aside = if target.exists() {
         let stamp = crate::clock::rfc3339(crate::clock::now()).replace(':', "");

@@ -105,8 +105,7 @@ async fn serve_async(
     mut signals: tokio::sync::mpsc::UnboundedReceiver<Signal>,
 ) -> anyhow::Result<()> {
     let state_dir = StateDir::new(&options.state_dir);
-    std::fs::create_dir_all(&state_dir.root)
-        .with_context(|| format!("creating {}", state_dir.root.display()))?;
+    crate::service::prepare_state_dir(&state_dir.root)?;
     let admin_token = ensure_admin_token(&state_dir.admin_token())?;
     let step_key = ensure_admin_token(&state_dir.root.join("step-token.key"))?;
     // Bind before starting the engine: a taken port fails fast and changes nothing.

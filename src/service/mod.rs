@@ -123,7 +123,7 @@ impl StateDir {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("cannot create state dir {path}: {source}")]
+    #[error("state dir {path}: {source}")]
     StateDir {
         path: String,
         #[source]
@@ -173,12 +173,72 @@ impl Running {
     }
 }
 
+/// The process's umask before `private_files` tightened it: what steps get back.
+static STEP_UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
+/// The variable through which a supervisor learns the umask to give its step back.
+pub const STEP_UMASK_VAR: &str = "SCARAB_SUPERVISOR_STEP_UMASK";
+
+/// Makes everything this process writes from now on private (umask 077: files 0600,
+/// directories 0700, whatever umask the service was started with), and returns the umask
+/// it had, which steps get back. Idempotent.
+pub fn private_files() -> u32 {
+    *STEP_UMASK.get_or_init(|| {
+        use rustix::fs::Mode;
+        rustix::process::umask(Mode::from_bits_truncate(0o077)).bits()
+    })
+}
+
+/// Opens (or creates) the state dir as a private directory: created 0700; one that
+/// another user can write is refused (they could replace the store or plant attempt
+/// directories); the directory and what Scarab keeps at its top are tightened to 0700
+/// and 0600 if an older version or a permissive umask left them looser.
+pub fn prepare_state_dir(root: &Path) -> Result<(), StartError> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    private_files();
+    let fail = |source: std::io::Error| StartError::StateDir {
+        path: root.display().to_string(),
+        source,
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(root)
+        .map_err(fail)?;
+    let mode = std::fs::metadata(root).map_err(fail)?.permissions().mode() & 0o777;
+    if mode & 0o022 != 0 {
+        return Err(fail(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("other users can write it (mode {mode:o}); make it 0700 (chmod 700)"),
+        )));
+    }
+    for (path, private) in [
+        (root.to_path_buf(), 0o700),
+        (root.join("attempts"), 0o700),
+        (root.join("scarab.redb"), 0o600),
+        (root.join("admin.token"), 0o600),
+        (root.join("step-token.key"), 0o600),
+    ] {
+        match std::fs::metadata(&path) {
+            Ok(meta) if meta.permissions().mode() & 0o077 != 0 => {
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(private))
+                    .map_err(fail)?;
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(fail(e)),
+        }
+    }
+    Ok(())
+}
+
 /// Opens the state dir and starts the service with the local executor.
 pub async fn start(
     state_dir: StateDir,
     settings: Settings,
     supervisor_exe: PathBuf,
 ) -> Result<Running, StartError> {
+    prepare_state_dir(&state_dir.root)?;
     let attempts = state_dir.attempts();
     let kill_grace = settings.kill_grace;
     let passthrough = settings.step_env_passthrough.clone();

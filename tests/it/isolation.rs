@@ -72,3 +72,81 @@ fn a_passthrough_of_scarab_variables_is_refused_naming_the_key() {
         "{stderr}"
     );
 }
+
+/// Under umask 022 every file Scarab writes is still private (0600, directories 0700),
+/// backups included, while the step gets the service's umask back for its own files.
+#[test]
+fn files_in_the_state_dir_are_private_whatever_the_umask() {
+    use crate::common::UmaskExt;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let server = Server::start(&state);
+    let made = dir.path().join("made-by-step");
+    let id = server.submit(&format!(
+        "name: files\nsteps:\n  - name: s\n    run: [sh, -c, 'echo out; echo err >&2; touch {}']\n",
+        made.display()
+    ));
+    let run = server.wait_terminal(&id, Duration::from_secs(30));
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    let backup = dir.path().join("backup.redb");
+    let output = std::process::Command::new(crate::common::BIN)
+        .args(["backup", "--out"])
+        .arg(&backup)
+        .args(["--url", &server.url, "--token", &server.token])
+        .pre_exec_umask(0o022)
+        .output()
+        .expect("scarab backup");
+    assert!(output.status.success(), "{output:?}");
+    let mode = |path: &std::path::Path| {
+        std::fs::symlink_metadata(path)
+            .expect("metadata")
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode(&backup), 0o600, "the backup");
+    assert_eq!(
+        mode(&made),
+        0o644,
+        "the step's own file follows its umask (022)"
+    );
+    let mut seen = 0;
+    let mut pending = vec![state.clone()];
+    while let Some(path) = pending.pop() {
+        let m = mode(&path);
+        assert_eq!(m & 0o077, 0, "{} is mode {m:o}", path.display());
+        seen += 1;
+        if path.is_dir() {
+            pending.extend(
+                std::fs::read_dir(&path)
+                    .expect("read dir")
+                    .map(|e| e.expect("entry").path()),
+            );
+        }
+    }
+    assert!(
+        seen >= 8,
+        "the store, the tokens, attempts and logs: {seen}"
+    );
+}
+
+#[test]
+fn a_state_dir_other_users_can_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).expect("state dir");
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let output = std::process::Command::new(crate::common::BIN)
+        .arg("serve")
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["--listen", "127.0.0.1:0"])
+        .output()
+        .expect("scarab serve");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("other users can write it"), "{stderr}");
+    assert!(!state.join("scarab.redb").exists(), "nothing was created");
+}

@@ -157,6 +157,10 @@ impl LocalExecutor {
             // lets through.
             .env_clear()
             .envs(step_environment(&self.inner.step_env_passthrough))
+            .env(
+                crate::service::STEP_UMASK_VAR,
+                format!("{:o}", crate::service::private_files()),
+            )
             // The launch handshake (see `supervisor::wait_for_go`).
             .stdin(Stdio::piped())
             .stdout(Stdio::null())

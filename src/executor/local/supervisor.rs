@@ -231,8 +231,26 @@ fn command(dir: &Path, spec: &Spec, local: &files::LocalCommand) -> io::Result<C
         .env("SCARAB_ATTEMPT", spec.launch.attempt.to_string())
         .env("SCARAB_FENCE", spec.launch.fence.0.to_string())
         .envs(local.env.iter().map(|(k, v)| (k, v)))
+        .env_remove(crate::service::STEP_UMASK_VAR)
         // Its own process group, so the whole step can be stopped at once.
         .process_group(0);
+    // Scarab's own files are private (umask 077, see `service::private_files`); the step
+    // gets back the umask the service was started with.
+    if let Some(mask) = std::env::var(crate::service::STEP_UMASK_VAR)
+        .ok()
+        .and_then(|m| u32::from_str_radix(&m, 8).ok())
+        .filter(|m| *m <= 0o777)
+    {
+        use std::os::unix::process::CommandExt;
+        let mask = rustix::fs::Mode::from_bits_truncate(mask);
+        // SAFETY: umask is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            command.pre_exec(move || {
+                rustix::process::umask(mask);
+                Ok(())
+            });
+        }
+    }
     if let Some(workdir) = local.workdir {
         command.current_dir(workdir);
     }

@@ -85,6 +85,7 @@ impl Server {
             .args(&self.extra_args)
             .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
             .env("SCARAB_LOG", "info")
+            .pre_exec_umask(0o022)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -334,6 +335,25 @@ fn start_ticks(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let rest = stat.get(stat.rfind(')')? + 2..)?;
     rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Starts a command under a given umask (services in these tests start under the
+/// common 022, whatever this process has).
+pub trait UmaskExt {
+    fn pre_exec_umask(&mut self, mask: u32) -> &mut Self;
+}
+
+impl UmaskExt for Command {
+    fn pre_exec_umask(&mut self, mask: u32) -> &mut Self {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: umask is async-signal-safe.
+        unsafe {
+            self.pre_exec(move || {
+                libc::umask(mask as libc::mode_t);
+                Ok(())
+            })
+        }
+    }
 }
 
 pub fn agent() -> ureq::Agent {
