@@ -71,7 +71,7 @@ impl From<StoreError> for ApiError {
 pub trait Refusal: std::error::Error + 'static {
     fn status(&self) -> StatusCode;
     /// The request field the refusal is about.
-    fn field(&self) -> Option<&'static str> {
+    fn field(&self) -> Option<String> {
         None
     }
     /// More members of the JSON body, beside `error` and `field`.
@@ -119,9 +119,9 @@ impl Refusal for SubmitRejected {
             SubmitRejected::IdempotencyConflict(_) => StatusCode::CONFLICT,
         }
     }
-    fn field(&self) -> Option<&'static str> {
+    fn field(&self) -> Option<String> {
         match self {
-            SubmitRejected::IdempotencyConflict(_) => Some("Idempotency-Key"),
+            SubmitRejected::IdempotencyConflict(_) => Some("Idempotency-Key".into()),
         }
     }
 }
@@ -146,10 +146,10 @@ impl Refusal for DecideRejected {
             DecideRejected::Unreadable { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
-    fn field(&self) -> Option<&'static str> {
+    fn field(&self) -> Option<String> {
         match self {
             DecideRejected::StepNotFound { .. }
-            | DecideRejected::Rejected(RejectedInput::NotAGate(_)) => Some("step"),
+            | DecideRejected::Rejected(RejectedInput::NotAGate(_)) => Some("step".into()),
             DecideRejected::RunNotFound(_)
             | DecideRejected::Rejected(_)
             | DecideRejected::Unreadable { .. } => None,
@@ -168,7 +168,20 @@ impl Refusal for DlqRejected {
 
 impl Refusal for OutputRejected {
     fn status(&self) -> StatusCode {
-        StatusCode::CONFLICT
+        match self {
+            OutputRejected::Rejected(RejectedInput::TooManyOutputs { .. }) => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            OutputRejected::StaleFence { .. } | OutputRejected::Rejected(_) => StatusCode::CONFLICT,
+        }
+    }
+    fn field(&self) -> Option<String> {
+        match self {
+            OutputRejected::Rejected(RejectedInput::TooManyOutputs { key, .. }) => {
+                Some(key.clone())
+            }
+            OutputRejected::StaleFence { .. } | OutputRejected::Rejected(_) => None,
+        }
     }
     /// A stale writer learns the current fence (none once the step has no attempt in
     /// flight).

@@ -935,10 +935,11 @@ async fn put_outputs(
     State(state): State<ApiState>,
     Path((id, step)): Path<(String, String)>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: axum::body::Body,
 ) -> Result<Response, ApiError> {
-    let run = parse_run_id(&id)?;
     let unauthorized = || ApiError::new(StatusCode::UNAUTHORIZED, "missing or invalid step token");
+    // Authenticated before anything is looked up or read: the token names its run, its
+    // step's index and its fence, and is checked against the path's run alone.
     let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -950,6 +951,14 @@ async fn put_outputs(
         .step_tokens
         .as_ref()
         .ok_or_else(unauthorized)?;
+    let run: RunId = id.parse().map_err(|_| unauthorized())?;
+    let Some((index, fence)) = (0..limits::STEPS_MAX)
+        .find_map(|index| tokens.verify(run, index, token).map(|fence| (index, fence)))
+    else {
+        tracing::warn!(%run, step, "output write with an invalid step token");
+        return Err(unauthorized());
+    };
+    // The token is genuine: now the step it names must be the path's.
     let stored = state.service.store.read()?.run(run)?;
     let loaded = stored
         .map(crate::service::driver_rebuild)
@@ -959,21 +968,20 @@ async fn put_outputs(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("stored run {run}: {e}"),
             )
-        })?;
-    let loaded = loaded
+        })?
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, format!("run {run} not found")))?;
-    let index = loaded.pipeline.step_index(&step).ok_or_else(|| {
-        ApiError::field(
-            StatusCode::NOT_FOUND,
-            "step",
-            format!("run has no step {step:?}"),
-        )
-    })?;
-    let Some(fence) = tokens.verify(run, index, token) else {
-        tracing::warn!(%run, step, "output write with an invalid step token");
+    if loaded.pipeline.step_index(&step) != Some(index) {
+        tracing::warn!(%run, step, "output write with another step's token");
         return Err(unauthorized());
-    };
-    let body = body.map_err(|r| ApiError::new(r.status(), r.body_text()))?;
+    }
+    let body = axum::body::to_bytes(body, OUTPUT_BODY_MAX_BYTES)
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("outputs exceed {OUTPUT_BODY_MAX_BYTES} bytes"),
+            )
+        })?;
     let outputs = parse_outputs(&body)?;
     state
         .service
@@ -1019,6 +1027,10 @@ fn parse_outputs(body: &[u8]) -> Result<Vec<(String, String)>, ApiError> {
                 format!("must be a string of at most {OUTPUT_VALUE_MAX_BYTES} bytes"),
             ));
         };
+        // A later step gets it in its environment, which cannot hold a NUL byte.
+        if text.contains('\0') {
+            return Err(bad(&key, "must not contain a NUL byte".into()));
+        }
         outputs.push((key, text.to_string()));
     }
     Ok(outputs)

@@ -34,6 +34,9 @@ pub enum RejectedInput {
     /// does not belong to this run).
     #[error("run has no step {0}")]
     NoSuchStep(usize),
+    /// An attempt may hold at most `limit` outputs; `key` would be one more.
+    #[error("{key}: an attempt stores at most {limit} outputs")]
+    TooManyOutputs { key: String, limit: usize },
     /// Only quarantine and discard apply to a run whose pipeline no longer restores.
     #[error("the run's pipeline cannot be restored")]
     NeedsPipeline,
@@ -639,13 +642,22 @@ fn on_outputs(
     let index = progress.attempts.len().saturating_sub(1);
     match progress.attempts.last_mut() {
         Some(attempt) if attempt.fence == fence && attempt.is_in_flight() => {
-            // Bounded per attempt, not only per request: new names beyond the bound are
-            // dropped (existing ones may still be overwritten).
-            for (key, value) in outputs {
-                let known = attempt.outputs.iter().any(|(k, _)| *k == key);
-                if !known && attempt.outputs.len() >= crate::limits::OUTPUTS_PER_ATTEMPT_MAX {
-                    continue;
+            // Bounded per attempt, not only per request: a write that would take the
+            // attempt past the bound is refused whole, naming the first name that does
+            // not fit (existing names may always be overwritten).
+            let mut names = attempt.outputs.len();
+            for (key, _) in &outputs {
+                if !attempt.outputs.iter().any(|(k, _)| k == key) {
+                    names += 1;
+                    if names > crate::limits::OUTPUTS_PER_ATTEMPT_MAX {
+                        return Err(super::RejectedInput::TooManyOutputs {
+                            key: key.clone(),
+                            limit: crate::limits::OUTPUTS_PER_ATTEMPT_MAX,
+                        });
+                    }
                 }
+            }
+            for (key, value) in outputs {
                 match attempt.outputs.iter_mut().find(|(k, _)| *k == key) {
                     Some(slot) => slot.1 = value,
                     None => attempt.outputs.push((key, value)),

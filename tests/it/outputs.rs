@@ -74,3 +74,64 @@ fn a_zombie_attempt_is_answered_409_stale_fence() {
         "{run:#}"
     );
 }
+
+/// PUT outputs as a running step's own token would, returning (status, body).
+fn put_outputs(server: &Server, path: &str, token: &str, body: &[u8]) -> (u16, serde_json::Value) {
+    let mut response = common::agent()
+        .put(format!("{}{path}", server.url))
+        .header("Authorization", format!("Bearer {token}"))
+        .header("Content-Type", "application/json")
+        .send(body)
+        .expect("http");
+    let status = response.status().as_u16();
+    let text = response.body_mut().read_to_string().unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or_default())
+}
+
+/// Nothing is looked up for a caller without a genuine step token: unknown runs and
+/// steps answer 401 like known ones. Values with a NUL and names beyond the attempt's
+/// bound are refused naming the key, and nothing of the refused write is stored.
+#[test]
+fn outputs_are_authenticated_first_and_never_dropped_silently() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("state"));
+    for path in [
+        "/v1/runs/r01m8y57tfmvwmvb565r30rzdve/steps/nope/outputs".to_string(),
+        "/v1/runs/not-a-run/steps/s/outputs".to_string(),
+    ] {
+        let (status, body) = put_outputs(&server, &path, "1.deadbeef", b"{}");
+        assert_eq!(status, 401, "{path}: {body}");
+    }
+
+    let token_file = dir.path().join("token");
+    let id = server.submit(&format!(
+        "name: o\nsteps:\n  - name: s\n    run: [sh, -c, 'echo \"$SCARAB_STEP_TOKEN\" > {}; sleep 30']\n",
+        token_file.display()
+    ));
+    server.wait_for(&id, WITHIN, |run| {
+        attempts(run, 0)
+            .first()
+            .is_some_and(|a| a["state"] == "running")
+    });
+    let token = std::fs::read_to_string(&token_file)
+        .expect("token")
+        .trim()
+        .to_string();
+    let path = format!("/v1/runs/{id}/steps/s/outputs");
+    let (status, body) = put_outputs(&server, &path, &token, br#"{"bad": "a\u0000b"}"#);
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["field"], "bad");
+
+    let first: serde_json::Map<String, serde_json::Value> = (0..32)
+        .map(|i| (format!("k{i}"), serde_json::json!("v")))
+        .collect();
+    let (status, body) = put_outputs(&server, &path, &token, &serde_json::to_vec(&first).unwrap());
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = put_outputs(&server, &path, &token, br#"{"k0": "again", "k32": "v"}"#);
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["field"], "k32");
+    let run = server.run(&id);
+    let stored = attempts(&run, 0)[0]["outputs"].clone();
+    assert_eq!(stored.as_object().map(|o| o.len()), Some(32), "{stored}");
+    assert_eq!(stored["k0"], "v", "the refused write changed nothing");
+}

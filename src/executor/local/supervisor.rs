@@ -402,6 +402,11 @@ pub fn classify_spawn_error(error: &io::Error, program: &str) -> (FailureClass, 
             format!("{program:?}: {what} ({error})"),
         )
     };
+    if error.kind() == io::ErrorKind::InvalidInput {
+        // Refused before exec: an argument or an environment value the kernel cannot
+        // take (a NUL byte). Nothing transient about it.
+        return config("the command or its environment cannot be passed to exec");
+    }
     match errno {
         Some(Errno::NOENT) => config("executable not found"),
         Some(Errno::ACCESS | Errno::PERM) => config("not executable or not permitted"),
@@ -452,4 +457,36 @@ pub fn signal_name(signal: i32) -> &'static str {
 
 fn now() -> Timestamp {
     crate::clock::now()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spawn_errors_that_can_never_work_are_config() {
+        let class = |error: io::Error| classify_spawn_error(&error, "tool").0;
+        // What std refuses before exec: a NUL byte in an argument or the environment.
+        let nul = std::process::Command::new("true")
+            .env("A", "x\0y")
+            .spawn()
+            .expect_err("a NUL byte in the environment");
+        assert_eq!(class(nul), FailureClass::Config);
+        assert_eq!(
+            class(io::Error::from_raw_os_error(libc::ENOENT)),
+            FailureClass::Config
+        );
+        assert_eq!(
+            class(io::Error::from_raw_os_error(libc::E2BIG)),
+            FailureClass::Config
+        );
+        assert_eq!(
+            class(io::Error::from_raw_os_error(libc::ETXTBSY)),
+            FailureClass::InfraNeverStarted
+        );
+        assert_eq!(
+            class(io::Error::from_raw_os_error(libc::EAGAIN)),
+            FailureClass::InfraNeverStarted
+        );
+    }
 }
