@@ -48,6 +48,17 @@ pub const BACKOFF_FACTOR_MAX: f64 = 10.0;
 
 // --- The HTTP API ------------------------------------------------------------------
 
+/// A client must send a request's headers within this; it also closes idle keep-alive
+/// connections.
+pub const HTTP_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Request headers above this are refused (431) before they are read further.
+pub const HTTP_HEADER_MAX_BYTES: usize = 64 * 1024;
+/// A request must be answered within this (its response may stream longer); the
+/// backup, which copies the whole store first, is exempt.
+pub const HTTP_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Open client connections at most (and at most a quarter of the open-files limit);
+/// beyond it a new connection is closed at once.
+pub const HTTP_CONNECTIONS_MAX: usize = 4096;
 /// Request bodies above this are refused with 413.
 pub const API_BODY_MAX_BYTES: usize = 1024 * 1024;
 pub const API_PAGE_DEFAULT: usize = 50;

@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod dto;
 mod errors;
+pub mod listen;
 
 pub use errors::ApiError;
 
@@ -60,7 +61,22 @@ pub fn router(state: ApiState) -> Router {
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
         // Spelled out: bodies above this are refused with 413 before they are read.
         .layer(DefaultBodyLimit::max(limits::API_BODY_MAX_BYTES))
+        .layer(middleware::from_fn(request_deadline))
         .with_state(state)
+}
+
+/// Every request is answered within `HTTP_REQUEST_TIMEOUT` (503 past it), except the
+/// backup, which copies the whole store before it answers.
+async fn request_deadline(request: Request, next: Next) -> Response {
+    if request.uri().path() == "/v1/backup" {
+        return next.run(request).await;
+    }
+    match tokio::time::timeout(limits::HTTP_REQUEST_TIMEOUT, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "the request timed out").into_response()
+        }
+    }
 }
 
 async fn authenticate(State(state): State<ApiState>, mut request: Request, next: Next) -> Response {

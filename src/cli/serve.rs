@@ -106,6 +106,7 @@ async fn serve_async(
 ) -> anyhow::Result<()> {
     let state_dir = StateDir::new(&options.state_dir);
     crate::service::prepare_state_dir(&state_dir.root)?;
+    api::listen::raise_open_files_limit();
     let admin_token = ensure_admin_token(&state_dir.admin_token())?;
     let step_key = ensure_admin_token(&state_dir.root.join("step-token.key"))?;
     // Bind before starting the engine: a taken port fails fast and changes nothing.
@@ -133,13 +134,9 @@ async fn serve_async(
     let mut stop_tx = Some(stop_tx);
     let config = options.config.clone();
     let deadline = options.shutdown_deadline;
-    let server = tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                let _ = stop_rx.await;
-            })
-            .await
-    });
+    let server = tokio::spawn(api::listen::serve(listener, router, async move {
+        let _ = stop_rx.await;
+    }));
     while let Some(Signal::Reload) = signals.recv().await {
         reload(config.as_deref(), &service, log.as_ref());
     }

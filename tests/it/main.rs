@@ -8,6 +8,7 @@ mod k8s_api;
 
 mod api;
 mod appliance;
+mod connections;
 mod crash;
 mod explain_pod;
 mod fixture_stores;

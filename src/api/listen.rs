@@ -1,0 +1,107 @@
+//! The HTTP listener: Scarab's own accept loop around hyper, so that clients can never
+//! take what running steps need. Every connection has a header-read timeout (which also
+//! closes idle keep-alive connections), the number of open connections is capped (beyond
+//! the cap a new connection is closed at once), accept errors such as running out of
+//! file descriptors back off instead of spinning, and a stop lets in-flight requests
+//! finish.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::limits;
+
+/// Serves `router` on `listener` until `stop` completes, then waits for the requests in
+/// flight.
+pub async fn serve(listener: TcpListener, router: Router, stop: impl Future<Output = ()>) {
+    let connections_max = connections_max();
+    tracing::info!(connections_max, "accepting connections");
+    let permits = Arc::new(Semaphore::new(connections_max));
+    let graceful = GracefulShutdown::new();
+    let mut backoff = ACCEPT_BACKOFF_MIN;
+    let mut refused: u64 = 0;
+    tokio::pin!(stop);
+    loop {
+        let accepted = tokio::select! {
+            () = &mut stop => break,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _peer)) => {
+                backoff = ACCEPT_BACKOFF_MIN;
+                stream
+            }
+            Err(error) => {
+                // EMFILE, ENFILE, ENOBUFS...: wait for connections to close rather than
+                // spin on the error.
+                tracing::warn!(%error, backoff_ms = backoff.as_millis() as u64, "accepting a connection failed");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                continue;
+            }
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            refused += 1;
+            if refused.is_power_of_two() {
+                tracing::warn!(
+                    connections_max,
+                    refused,
+                    "too many open connections: closing new ones at once"
+                );
+            }
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits::HTTP_HEADER_READ_TIMEOUT)
+            .max_buf_size(limits::HTTP_HEADER_MAX_BYTES.max(8192))
+            .keep_alive(true)
+            .serve_connection(
+                TokioIo::new(stream),
+                TowerToHyperService::new(router.clone()),
+            );
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            let _ = connection.await;
+            drop(permit);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+}
+
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The cap on open client connections: `limits::HTTP_CONNECTIONS_MAX`, but never more than
+/// a quarter of the file descriptors this process may open, so that launches, pidfds,
+/// the store and logs always have theirs.
+fn connections_max() -> usize {
+    let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    let share = usize::try_from(nofile / 4).unwrap_or(usize::MAX);
+    limits::HTTP_CONNECTIONS_MAX.min(share).max(16)
+}
+
+/// Raises this process's soft limit on open files to its hard limit (as systemd's
+/// `LimitNOFILE` or the shell allows), so the connection cap has room below it.
+pub fn raise_open_files_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(error) = setrlimit(Resource::Nofile, limit) {
+            tracing::warn!(%error, "cannot raise the open files limit");
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! Client connections never take what steps need: thousands of idle connections leave
+//! `/healthz` answering and steps launching, and the server itself closes connections
+//! that send nothing (the header-read timeout).
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::common::Server;
+
+const IDLE: usize = 2000;
+
+fn raise_open_files_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain system calls on a local struct.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        limit.rlim_cur = limit.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
+}
+
+#[test]
+fn idle_connections_starve_neither_health_checks_nor_steps() {
+    raise_open_files_limit();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("state"));
+    let address = server.url.trim_start_matches("http://").to_string();
+    let mut idle: Vec<TcpStream> = (0..IDLE)
+        .map(|_| TcpStream::connect(&address).expect("connect"))
+        .collect();
+
+    let started = Instant::now();
+    let (status, _) = server.get("/healthz");
+    assert_eq!(status, 200);
+    eprintln!(
+        "/healthz answered in {} ms beside {IDLE} idle connections",
+        started.elapsed().as_millis()
+    );
+    let id = server.submit("name: c\nsteps:\n  - name: s\n    run: [sh, -c, 'echo ok']\n");
+    let run = server.wait_terminal(&id, Duration::from_secs(60));
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+
+    // Past the header-read timeout the server has closed every connection that sent
+    // nothing: each read ends (EOF or reset) instead of waiting.
+    std::thread::sleep(scarab::limits::HTTP_HEADER_READ_TIMEOUT + Duration::from_secs(2));
+    let mut closed = 0;
+    for stream in &mut idle {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut byte = [0u8; 1];
+        match stream.read(&mut byte) {
+            Ok(0) => closed += 1,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => closed += 1,
+            Ok(_) => {}
+        }
+    }
+    assert_eq!(closed, IDLE, "idle connections are closed by the server");
+    let (status, _) = server.get("/healthz");
+    assert_eq!(status, 200);
+}
