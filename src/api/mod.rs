@@ -62,7 +62,39 @@ pub fn router(state: ApiState) -> Router {
         // Spelled out: bodies above this are refused with 413 before they are read.
         .layer(DefaultBodyLimit::max(limits::API_BODY_MAX_BYTES))
         .layer(middleware::from_fn(request_deadline))
+        .layer(middleware::from_fn(json_errors))
         .with_state(state)
+}
+
+/// Every refusal is JSON: what axum's extractors and the router answer on their own (a
+/// path that does not decode, a method not allowed, a body of the wrong type) is wrapped
+/// as `{"error": …}`, with `"field": "path"` for a path that cannot be parsed.
+async fn json_errors(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let body = axum::body::to_bytes(response.into_body(), 4096)
+        .await
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&body).trim().to_string();
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_string()
+    } else {
+        text
+    };
+    let error = if message.starts_with("Invalid URL") {
+        ApiError::field(status, "path", message)
+    } else {
+        ApiError::new(status, message)
+    };
+    error.into_response()
 }
 
 /// Every request is answered within `HTTP_REQUEST_TIMEOUT` (503 past it), except the
@@ -123,14 +155,38 @@ async fn metrics(State(state): State<ApiState>) -> Response {
     }
 }
 
-async fn readyz(State(state): State<ApiState>) -> Response {
+/// Readiness. Without a valid token it says only whether the service is ready: the
+/// details (executor errors, runs, store errors) may name paths and runs.
+async fn readyz(State(state): State<ApiState>, headers: HeaderMap) -> Response {
+    let live = state.service.settings.live();
+    let caller = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|token| auth::identify(token, &state.admin_token, &live.tokens));
     if !state.service.is_ready() {
         return unready("re-adopting".into());
     }
     let depth = match state.service.store.read().and_then(|r| r.outbox_depth()) {
         Ok(depth) => depth,
-        Err(error) => return unready(error.to_string()),
+        Err(error) => {
+            let reason = match caller {
+                Some(_) => error.to_string(),
+                None => "the store cannot be read".into(),
+            };
+            return unready(reason);
+        }
     };
+    if caller.is_none() {
+        return Json(dto::Readiness {
+            ready: true,
+            reason: None,
+            outbox_depth: None,
+            executors: None,
+            progress: None,
+        })
+        .into_response();
+    }
     // An unavailable executor does not make the service unready (other steps still
     // run), but it is shown: its launches are waiting in the outbox.
     let executors = state

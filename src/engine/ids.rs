@@ -24,7 +24,14 @@ impl FromStr for RunId {
             .ok_or_else(|| format!("run id {text:?} must start with 'r'"))?;
         let ulid = ulid::Ulid::from_string(&body.to_ascii_uppercase())
             .map_err(|_| format!("run id {text:?} is not a valid run id"))?;
-        Ok(RunId(ulid.0))
+        let id = RunId(ulid.0);
+        // One spelling per run: `r` and the lower-case ULID, as Scarab writes it.
+        if id.to_string() != text {
+            return Err(format!(
+                "run id {text:?} is not in its canonical spelling {id} (lower case)"
+            ));
+        }
+        Ok(id)
     }
 }
 

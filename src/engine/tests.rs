@@ -713,3 +713,18 @@ fn a_run_known_only_by_its_header_is_quarantined_and_discarded_by_the_engine() {
     assert!(header.auto_retry.discarded.is_some());
     assert_eq!(header.auto_retry.eligible_at, None);
 }
+
+#[test]
+fn a_run_id_has_one_spelling() {
+    let id: RunId = "r01m8y57tfmvwmvb565r30rzdve".parse().expect("canonical");
+    assert_eq!(id.to_string(), "r01m8y57tfmvwmvb565r30rzdve");
+    for other in [
+        "r01M8Y57TFMVWMVB565R30RZDVE",
+        "R01m8y57tfmvwmvb565r30rzdve",
+        "01m8y57tfmvwmvb565r30rzdve",
+        "r01m8y57tfmvwmvb565r30rzdv",
+        "r01m8y57tfmvwmvb565r30rzdvex",
+    ] {
+        assert!(other.parse::<RunId>().is_err(), "{other}");
+    }
+}

@@ -427,3 +427,56 @@ fn logs_and_attempt_directories_are_removed_after_the_retention() {
         "the run itself is kept"
     );
 }
+
+/// Every refusal is JSON, naming the field where one applies; a run id has one spelling;
+/// `/readyz` shows details (which may name paths) only to a caller with a token.
+#[test]
+fn refusals_are_json_ids_have_one_spelling_and_readyz_hides_details_without_a_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("state"));
+    let id = server.submit("name: a\nsteps:\n  - name: s\n    run: [\"true\"]\n");
+
+    let (status, body) = server.get(&format!(
+        "/v1/runs/{}",
+        id.to_uppercase().replacen('R', "r", 1)
+    ));
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["field"], "id");
+    assert!(
+        body["error"].as_str().unwrap_or("").contains("canonical"),
+        "{body}"
+    );
+
+    let (status, body) = server.get("/v1/runs/r%FF%FE/history");
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["field"], "path", "{body}");
+
+    let agent = common::agent();
+    let mut response = agent
+        .delete(format!("{}/v1/runs", server.url))
+        .header("Authorization", format!("Bearer {}", server.token))
+        .call()
+        .expect("delete");
+    assert_eq!(response.status(), 405);
+    let body: Value = serde_json::from_str(&response.body_mut().read_to_string().expect("body"))
+        .expect("a JSON refusal");
+    assert!(body["error"].is_string(), "{body}");
+
+    let mut bare = agent
+        .get(format!("{}/readyz", server.url))
+        .call()
+        .expect("readyz");
+    let bare: Value =
+        serde_json::from_str(&bare.body_mut().read_to_string().expect("body")).expect("json");
+    assert_eq!(
+        bare,
+        serde_json::json!({"ready": true}),
+        "no details without a token"
+    );
+    let (status, full) = server.get("/readyz");
+    assert_eq!(status, 200);
+    assert!(
+        full["progress"].is_object() && full["executors"].is_object(),
+        "{full}"
+    );
+}
