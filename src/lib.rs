@@ -12,3 +12,4 @@ pub mod metrics;
 pub mod pipeline;
 pub mod service;
 pub mod store;
+pub mod text;

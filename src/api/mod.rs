@@ -246,9 +246,7 @@ fn audit_by(caller: &auth::Caller, given: Option<&str>) -> Result<String, ApiErr
             limits::ORIGIN_MAX_BYTES
         )));
     }
-    if given.chars().any(char::is_control) {
-        return Err(bad("must not contain control characters".into()));
-    }
+    crate::text::check(given, false).map_err(bad)?;
     Ok(format!("{} ({given})", caller.name))
 }
 
@@ -690,6 +688,10 @@ async fn decide_gate(
         })?
     };
     let by = audit_by(&caller, body.by.as_deref())?;
+    if let Some(comment) = &body.comment {
+        crate::text::check(comment, true)
+            .map_err(|problem| ApiError::field(StatusCode::BAD_REQUEST, "comment", problem))?;
+    }
     if let Some(comment) = &body.comment
         && comment.len() > limits::GATE_COMMENT_MAX_BYTES
     {
@@ -939,6 +941,8 @@ impl DlqAction {
                     "discarding needs a reason",
                 )
             })?;
+        crate::text::check(reason, true)
+            .map_err(|problem| ApiError::field(StatusCode::BAD_REQUEST, "reason", problem))?;
         Ok(limits::clip(reason, limits::REASON_MAX_BYTES))
     }
 }

@@ -42,16 +42,16 @@ impl Answer {
                 Some(errors) if !errors.is_empty() => errors
                     .iter()
                     .map(|e| {
-                        let field = e["field"].as_str().unwrap_or("");
+                        let field = shown(&e["field"]);
                         let line = e["line"]
                             .as_u64()
                             .map(|l| format!(" (line {l})"))
                             .unwrap_or_default();
-                        format!("{field}{line}: {}", e["message"].as_str().unwrap_or(""))
+                        format!("{field}{line}: {}", shown(&e["message"]))
                     })
                     .collect::<Vec<_>>()
                     .join("\n"),
-                _ => body["error"].as_str().unwrap_or(&self.body).to_string(),
+                _ => crate::text::escape(body["error"].as_str().unwrap_or(&self.body)).into_owned(),
             },
             Err(_) => self.body.clone(),
         }
@@ -143,6 +143,16 @@ fn fail(answer: &Answer) -> anyhow::Result<ExitCode> {
     }))
 }
 
+/// A string of the server's answer as the terminal may show it (`text::escape`): empty
+/// when it is not a string.
+fn shown(value: &Value) -> String {
+    shown_or(value, "")
+}
+
+fn shown_or(value: &Value, otherwise: &str) -> String {
+    crate::text::escape(value.as_str().unwrap_or(otherwise)).into_owned()
+}
+
 fn print_json(value: &Value) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
@@ -214,10 +224,10 @@ pub fn runs(
         let why = why(run);
         println!(
             "{:<28} {:<20} {:<14} {:<26} {why}",
-            run["id"].as_str().unwrap_or(""),
-            run["pipeline"].as_str().unwrap_or(""),
-            run["state"].as_str().unwrap_or(""),
-            run["updated_at"].as_str().unwrap_or("")
+            shown(&run["id"]),
+            shown(&run["pipeline"]),
+            shown(&run["state"]),
+            shown(&run["updated_at"])
         );
     }
     if let Some(next) = value["next_cursor"].as_str() {
@@ -228,6 +238,10 @@ pub fn runs(
 
 /// A gate in `scarab show`: who decided what and when, or what it waits for.
 fn gate_line(gate: &serde_json::Map<String, serde_json::Value>) -> String {
+    crate::text::escape(&gate_text(gate)).into_owned()
+}
+
+fn gate_text(gate: &serde_json::Map<String, serde_json::Value>) -> String {
     let text = |key: &str| gate.get(key).and_then(|v| v.as_str());
     if let Some(decision) = gate.get("decision").and_then(|d| d.as_object()) {
         let field = |key: &str| decision.get(key).and_then(|v| v.as_str()).unwrap_or("");
@@ -271,14 +285,14 @@ pub fn show(args: &ClientArgs, run: &str) -> anyhow::Result<ExitCode> {
     }
     println!(
         "run {}  pipeline {}  state {}",
-        value["id"].as_str().unwrap_or(""),
-        value["pipeline"].as_str().unwrap_or(""),
-        value["state"].as_str().unwrap_or("")
+        shown(&value["id"]),
+        shown(&value["pipeline"]),
+        shown(&value["state"])
     );
     println!(
         "created {}  updated {}",
-        value["created_at"].as_str().unwrap_or(""),
-        value["updated_at"].as_str().unwrap_or("")
+        shown(&value["created_at"]),
+        shown(&value["updated_at"])
     );
     let standing = why(&value);
     if standing.starts_with("auto-retrying") || standing.starts_with("quarantined") {
@@ -287,9 +301,9 @@ pub fn show(args: &ClientArgs, run: &str) -> anyhow::Result<ExitCode> {
     if let Some(c) = value["failure_classification"].as_object() {
         println!(
             "failure: {} in step {} ({}), auto-retryable: {}",
-            c["category"].as_str().unwrap_or(""),
-            c["step"].as_str().unwrap_or("-"),
-            c["reason"].as_str().unwrap_or(""),
+            shown(&c["category"]),
+            shown_or(&c["step"], "-"),
+            shown(&c["reason"]),
             c["auto_retryable"]
         );
     }
@@ -302,34 +316,32 @@ pub fn show(args: &ClientArgs, run: &str) -> anyhow::Result<ExitCode> {
         if let Some(gate) = step["gate"].as_object() {
             println!(
                 "{:<20} {:<14} {}",
-                step["name"].as_str().unwrap_or(""),
-                step["state"].as_str().unwrap_or(""),
+                shown(&step["name"]),
+                shown(&step["state"]),
                 gate_line(gate)
             );
             continue;
         }
         if attempts.is_empty() {
-            println!(
-                "{:<20} {:<14}",
-                step["name"].as_str().unwrap_or(""),
-                step["state"].as_str().unwrap_or("")
-            );
+            println!("{:<20} {:<14}", shown(&step["name"]), shown(&step["state"]));
         }
         for attempt in attempts {
             println!(
                 "{:<20} {:<14} {:>7} {:>7}  {:<20} {:<9} {}",
-                step["name"].as_str().unwrap_or(""),
-                step["state"].as_str().unwrap_or(""),
+                shown(&step["name"]),
+                shown(&step["state"]),
                 attempt["number"],
                 attempt["fence"],
-                attempt["class"]
-                    .as_str()
-                    .unwrap_or(attempt["state"].as_str().unwrap_or("")),
+                if attempt["class"].is_string() {
+                    shown(&attempt["class"])
+                } else {
+                    shown(&attempt["state"])
+                },
                 attempt["exit_code"]
                     .as_i64()
                     .map(|c| c.to_string())
                     .unwrap_or_default(),
-                attempt["reason"].as_str().unwrap_or("")
+                shown(&attempt["reason"])
             );
         }
     }
@@ -399,16 +411,14 @@ pub fn cancel(args: &ClientArgs, run: &str) -> anyhow::Result<ExitCode> {
 /// The WHY of a run for people: its failure category, and where the auto-retry sweep
 /// stands ("auto-retrying (1/2)", "quarantined: …").
 fn why(run: &serde_json::Value) -> String {
-    let category = run["failure_classification"]["category"]
-        .as_str()
-        .unwrap_or("");
+    let category = shown(&run["failure_classification"]["category"]);
     let retry = &run["auto_retry"];
     if retry["quarantined"] == true {
-        return format!("quarantined: {}", retry["reason"].as_str().unwrap_or(""));
+        return format!("quarantined: {}", shown(&retry["reason"]));
     }
     let attempts = retry["attempts"].as_u64().unwrap_or(0);
-    let state = run["state"].as_str().unwrap_or("");
-    if attempts > 0 && matches!(state, "queued" | "running" | "waiting") {
+    let state = shown(&run["state"]);
+    if attempts > 0 && matches!(state.as_str(), "queued" | "running" | "waiting") {
         return format!("auto-retrying ({attempts}/{})", retry["max"]);
     }
     category.to_string()
@@ -555,8 +565,8 @@ pub fn decide(
         Output::Json => print_json(&value)?,
         Output::Table => println!(
             "gate {step} of {run}: {} by {}",
-            value["decision"]["outcome"].as_str().unwrap_or(""),
-            value["decision"]["by"].as_str().unwrap_or("")
+            shown(&value["decision"]["outcome"]),
+            shown(&value["decision"]["by"])
         ),
     }
     Ok(ExitCode::SUCCESS)
@@ -585,11 +595,11 @@ pub fn dlq_list(args: &ClientArgs, after: Option<u64>, limit: usize) -> anyhow::
         println!(
             "{:<8} {:<8} {:<28} {:<22} {:>10}  {}",
             letter["id"],
-            letter["kind"].as_str().unwrap_or(""),
-            letter["run"].as_str().unwrap_or(""),
-            letter["category"].as_str().unwrap_or(""),
+            shown(&letter["kind"]),
+            shown(&letter["run"]),
+            shown(&letter["category"]),
             letter["deliveries"],
-            letter["last_error"].as_str().unwrap_or("")
+            shown(&letter["last_error"])
         );
     }
     if let Some(next) = value["next_after"].as_u64() {

@@ -768,8 +768,8 @@ fn check_pipeline_name(field: &Field, errors: &mut Errors) -> Option<String> {
             "must be at most {} characters (found {chars})",
             limits::PIPELINE_NAME_MAX_CHARS
         )
-    } else if name.chars().any(char::is_control) {
-        "must not contain control characters".to_owned()
+    } else if let Err(problem) = crate::text::check(name, false) {
+        problem
     } else {
         return Some(name.to_owned());
     };
@@ -1065,11 +1065,8 @@ fn check_gate_message(field: &Field, errors: &mut Errors) -> Option<String> {
     let problem = if message.len() > limits::GATE_MESSAGE_MAX_BYTES {
         let limit = limits::GATE_MESSAGE_MAX_BYTES;
         format!("must be at most {limit} bytes (found {})", message.len())
-    } else if message
-        .chars()
-        .any(|c| c.is_control() && c != '\n' && c != '\t')
-    {
-        "must not contain control characters other than newline and tab".to_owned()
+    } else if let Err(problem) = crate::text::check(message, true) {
+        problem
     } else {
         return Some(message.to_owned());
     };
@@ -2196,7 +2193,13 @@ steps:
             "name: \"a\\tb\"\nsteps:\n  - {name: s, run: [x]}\n",
             "name",
             1,
-            "control characters",
+            "control or bidirectional characters",
+        );
+        assert_error(
+            "name: \"invoice\\u202Efdp.exe\"\nsteps:\n  - {name: s, run: [x]}\n",
+            "name",
+            1,
+            "(found U+202E)",
         );
         assert_error(
             "name: p\nsteps:\n  - {name: a b, run: [x]}\n",
@@ -3218,7 +3221,7 @@ steps:
             &gate_step("    gate: {message: \"ring \\a bell\"}\n"),
             "steps[1].gate.message",
             7,
-            "must not contain control characters other than newline and tab",
+            "must not contain control or bidirectional characters (found U+0007)",
         );
         assert_error(
             &gate_step("    gate: {message: 3}\n"),

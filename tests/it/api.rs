@@ -480,3 +480,32 @@ fn refusals_are_json_ids_have_one_spelling_and_readyz_hides_details_without_a_to
         "{full}"
     );
 }
+
+/// Text that would reach an operator's terminal is refused when it holds control
+/// characters or bidirectional overrides, naming the field, and changes nothing.
+#[test]
+fn control_and_bidi_characters_are_refused_where_they_are_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("state"));
+    let (status, body) = server
+        .submit_yaml("name: \"deploy\\u202Eexe.txt\"\nsteps:\n  - name: s\n    run: [\"true\"]\n");
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["field"], "name");
+
+    let id = server.submit("name: g\nsteps:\n  - name: s\n    run: [sleep, \"30\"]\n");
+    for (body, field) in [
+        (serde_json::json!({"by": "alice\u{1b}[2J"}), "by"),
+        (serde_json::json!({"by": "bob\u{202E}"}), "by"),
+    ] {
+        let (status, answer) = server.post_json(&format!("/v1/runs/{id}/cancel"), &body);
+        assert_eq!(status, 400, "{answer}");
+        assert_eq!(answer["field"], field);
+    }
+    assert_eq!(
+        server.run(&id)["cancel_requested_by"],
+        Value::Null,
+        "nothing changed"
+    );
+    let (status, _) = server.post_json(&format!("/v1/runs/{id}/cancel"), &serde_json::json!({}));
+    assert_eq!(status, 202);
+}
