@@ -94,6 +94,8 @@ pub const HISTORY_EVENTS_PER_RUN_MAX: u32 = 10_000;
 
 // --- The store ----------------------------------------------------------------------
 
+/// One stored record, encoded (a pipeline source is the largest: `PIPELINE_MAX_BYTES`).
+pub const RECORD_MAX_BYTES: usize = 4 * 1024 * 1024;
 /// redb page cache.
 pub const STORE_CACHE_BYTES: usize = 32 * 1024 * 1024;
 

@@ -94,13 +94,20 @@ pub fn decode<R: Record>(bytes: &[u8]) -> Result<R, CodecError> {
     R::decode_format(version, body)
 }
 
+/// The bincode configuration of every format so far: standard (varint integers), with a
+/// limit, so that a corrupted length prefix is an error rather than a huge allocation.
+/// The limit changes no byte of the encoding.
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<{ crate::limits::RECORD_MAX_BYTES }>()
+}
+
 /// The bincode encoding of one format's record type.
 pub fn to_bincode<T: Serialize>(
     record: &'static str,
     value: &T,
     out: &mut Vec<u8>,
 ) -> Result<(), CodecError> {
-    bincode::serde::encode_into_std_write(value, out, bincode::config::standard())
+    bincode::serde::encode_into_std_write(value, out, config())
         .map(|_| ())
         .map_err(|error| CodecError::Encode { record, error })
 }
@@ -111,8 +118,8 @@ pub fn from_bincode<T: DeserializeOwned>(
     version: u8,
     body: &[u8],
 ) -> Result<T, CodecError> {
-    let (value, read) = bincode::serde::decode_from_slice(body, bincode::config::standard())
-        .map_err(|error| CodecError::Decode {
+    let (value, read) =
+        bincode::serde::decode_from_slice(body, config()).map_err(|error| CodecError::Decode {
             record,
             version,
             error,

@@ -256,3 +256,64 @@ fn a_backup_copies_every_table_and_reopens_with_the_same_rows() {
     std::fs::write(&junk, b"not a database").expect("write");
     assert!(verify_file(&junk).is_err());
 }
+
+mod decoders {
+    //! Whatever bytes a record holds, decoding returns a value or an error naming the
+    //! record: never a panic, never an allocation sized by a corrupted length.
+
+    use super::super::codec::{self, Record};
+    use super::*;
+    use proptest::prelude::*;
+
+    fn never_panics<R: Record>(bytes: &[u8]) {
+        let _ = codec::decode::<R>(bytes);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn arbitrary_bytes_decode_to_a_value_or_an_error(
+            body in proptest::collection::vec(any::<u8>(), 0..256),
+            version in prop_oneof![Just(2u8), any::<u8>()],
+        ) {
+            let mut bytes = vec![version];
+            bytes.extend(&body);
+            never_panics::<RunHeader>(&bytes);
+            never_panics::<crate::engine::RunStep>(&bytes);
+            never_panics::<Attempt>(&bytes);
+            never_panics::<PipelineSource>(&bytes);
+            never_panics::<OutboxMessage>(&bytes);
+            never_panics::<DeadLetter>(&bytes);
+            never_panics::<HistoryRecord>(&bytes);
+        }
+    }
+
+    #[test]
+    fn a_corrupted_length_is_an_error_not_an_allocation() {
+        // Format 2, a history record whose `at` is 1 and whose `kind` claims 2^62 bytes.
+        let mut bytes = vec![2u8, 1];
+        bytes.push(255);
+        bytes.extend((1u64 << 62).to_le_bytes());
+        let error = codec::decode::<HistoryRecord>(&bytes).expect_err("refused");
+        assert!(error.to_string().starts_with("history:"), "{error}");
+    }
+
+    #[test]
+    fn implausible_values_are_refused_naming_the_record_and_field() {
+        let mut attempt = attempt(1, 7, true);
+        attempt.fence = Fence(0);
+        let bytes = {
+            let mut out = vec![codec::FORMAT_VERSION];
+            codec::to_bincode(
+                "attempt",
+                &super::super::records::v2::Attempt::from(&attempt),
+                &mut out,
+            )
+            .expect("encodes");
+            out
+        };
+        let error = codec::decode::<Attempt>(&bytes).expect_err("fence 0");
+        assert!(error.to_string().contains("attempt.fence"), "{error}");
+        assert!(codec::encode(&attempt).is_err(), "and it is never written");
+    }
+}
