@@ -80,9 +80,8 @@ async fn json_errors(request: Request, next: Next) -> Response {
     if !(status.is_client_error() || status.is_server_error()) || is_json {
         return response;
     }
-    let body = axum::body::to_bytes(response.into_body(), 4096)
-        .await
-        .unwrap_or_default();
+    let (parts, body) = response.into_parts();
+    let body = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
     let text = String::from_utf8_lossy(&body).trim().to_string();
     let message = if text.is_empty() {
         status.canonical_reason().unwrap_or("error").to_string()
@@ -94,7 +93,14 @@ async fn json_errors(request: Request, next: Next) -> Response {
     } else {
         ApiError::new(status, message)
     };
-    error.into_response()
+    // The router's own headers stay (a 405's `Allow`); the body is replaced.
+    let mut wrapped = error.into_response();
+    for (name, value) in &parts.headers {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            wrapped.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    wrapped
 }
 
 /// Every request is answered within `HTTP_REQUEST_TIMEOUT` (503 past it), except the
@@ -448,6 +454,11 @@ fn parse_cursor(cursor: &str) -> Result<(u64, RunId), ApiError> {
         )
     };
     let (updated, run) = cursor.split_once('.').ok_or_else(bad)?;
+    // Only the spelling this server issues: decimal digits (no sign), as many as a u64
+    // of milliseconds takes for the next three hundred million years.
+    if updated.is_empty() || updated.len() > 19 || !updated.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
     Ok((
         updated.parse().map_err(|_| bad())?,
         run.parse().map_err(|_| bad())?,
