@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 binary=${1:-target/debug/scarab}
 seed=${SEED:-1}
-max_examples=${MAX_EXAMPLES:-20}
+max_examples=${MAX_EXAMPLES:-50}
 
 if [[ ! -x $binary ]]; then
   echo "schemathesis.sh: no scarab binary at $binary (build it first)" >&2
