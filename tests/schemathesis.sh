@@ -4,8 +4,13 @@
 # binary (default target/debug/scarab). SEED and MAX_EXAMPLES may be set in the
 # environment. Exits non-zero on any failure. Per-operation settings: schemathesis.toml.
 set -euo pipefail
+# A relative binary path is taken from where the script is called, else from the repo root.
+binary=${1:-}
+if [[ -n $binary && -e $binary ]]; then
+  binary=$(cd "$(dirname "$binary")" && pwd)/$(basename "$binary")
+fi
 cd "$(dirname "$0")/.."
-binary=${1:-target/debug/scarab}
+binary=${binary:-target/debug/scarab}
 seed=${SEED:-1}
 max_examples=${MAX_EXAMPLES:-50}
 

@@ -447,6 +447,11 @@ fn refusals_are_json_ids_have_one_spelling_and_readyz_hides_details_without_a_to
         "{body}"
     );
 
+    // One spelling per cursor, as issued: a signed time is refused.
+    let (status, body) = server.get("/v1/runs?cursor=%2B1.r01m8xbayt95ytxfchtfz201rb4");
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["field"], "cursor", "{body}");
+
     let (status, body) = server.get("/v1/runs/r%FF%FE/history");
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["field"], "path", "{body}");
@@ -458,6 +463,16 @@ fn refusals_are_json_ids_have_one_spelling_and_readyz_hides_details_without_a_to
         .call()
         .expect("delete");
     assert_eq!(response.status(), 405);
+    let allow = response
+        .headers()
+        .get("allow")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        allow.contains("GET") && allow.contains("POST"),
+        "a 405 names the allowed methods: {allow:?}"
+    );
     let body: Value = serde_json::from_str(&response.body_mut().read_to_string().expect("body"))
         .expect("a JSON refusal");
     assert!(body["error"].is_string(), "{body}");
