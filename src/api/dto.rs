@@ -386,6 +386,9 @@ pub struct Readiness {
     pub executors: Option<std::collections::BTreeMap<String, ExecutorAvailability>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressDto>,
+    /// What keeps local steps away from Scarab's files: `landlock` or `none`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_isolation: Option<&'static str>,
 }
 
 #[derive(Serialize)]

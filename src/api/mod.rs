@@ -190,6 +190,7 @@ async fn readyz(State(state): State<ApiState>, headers: HeaderMap) -> Response {
             outbox_depth: None,
             executors: None,
             progress: None,
+            step_isolation: None,
         })
         .into_response();
     }
@@ -219,6 +220,7 @@ async fn readyz(State(state): State<ApiState>, headers: HeaderMap) -> Response {
         outbox_depth: Some(depth),
         executors: Some(executors),
         progress: Some(progress),
+        step_isolation: Some(state.service.step_isolation.name()),
     })
     .into_response()
 }
@@ -230,6 +232,7 @@ fn unready(reason: String) -> Response {
         outbox_depth: None,
         executors: None,
         progress: None,
+        step_isolation: None,
     };
     (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
 }

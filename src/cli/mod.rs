@@ -152,6 +152,18 @@ impl EngineArgs {
             .or(engine.infra_retries)
             .unwrap_or(defaults.engine.infra_retries);
         settings.step_env_passthrough = engine.step_env_passthrough.clone().unwrap_or_default();
+        // Besides the state dir, steps never reach the files that hold Scarab's authority.
+        settings.step_protected = self
+            .config
+            .iter()
+            .cloned()
+            .chain(file.tokens.iter().filter_map(|t| t.file.clone()))
+            .chain(
+                self.kubeconfig
+                    .clone()
+                    .or(file.kubernetes.kubeconfig.clone()),
+            )
+            .collect();
         settings.kill_grace = self
             .kill_grace
             .or(engine.kill_grace)
@@ -402,9 +414,10 @@ enum Command {
     /// succeeded, 1 if it failed or was dead-lettered, 2 for invalid input.
     Run {
         file: PathBuf,
-        /// Where to keep state (default: ./.scarab).
-        #[arg(long, default_value = ".scarab")]
-        state_dir: PathBuf,
+        /// Where to keep state [default: $XDG_STATE_HOME/scarab/run/<dir>-<hash>, one per
+        /// working directory, under ~/.local/state without XDG_STATE_HOME].
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
         #[command(flatten)]
         engine: EngineArgs,
     },
@@ -631,7 +644,13 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             file,
             state_dir,
             engine,
-        } => run(&file, &state_dir, engine.settings(&engine.file()?)?),
+        } => {
+            let state_dir = match state_dir {
+                Some(dir) => dir,
+                None => default_run_state_dir()?,
+            };
+            run(&file, &state_dir, engine.settings(&engine.file()?)?)
+        }
         Command::Validate { file } => validate(&file),
         Command::ExplainPod {
             file,
@@ -794,6 +813,45 @@ fn validate(file: &Path) -> anyhow::Result<ExitCode> {
         }
         Err(code) => Ok(code),
     }
+}
+
+/// `scarab run`'s state dir when none is given: one per working directory, outside it.
+///
+/// Not in the working directory itself: steps may not create entries directly in the
+/// ancestors of the state dir (see `executor::local::confine`), and the working directory
+/// is where a pipeline's steps most often write.
+fn default_run_state_dir() -> anyhow::Result<PathBuf> {
+    use sha2::Digest;
+    let base = match (std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME")) {
+        (Some(state), _) if Path::new(&state).is_absolute() => PathBuf::from(state),
+        (_, Some(home)) if Path::new(&home).is_absolute() => {
+            Path::new(&home).join(".local").join("state")
+        }
+        _ => anyhow::bail!("--state-dir: no default without HOME or XDG_STATE_HOME; name one"),
+    };
+    let cwd = std::env::current_dir()
+        .and_then(std::fs::canonicalize)
+        .context("--state-dir: the working directory")?;
+    let digest = sha2::Sha256::digest(cwd.as_os_str().as_encoded_bytes());
+    let hash: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    let name: String = cwd
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "root".into())
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(40)
+        .collect();
+    Ok(base
+        .join("scarab")
+        .join("run")
+        .join(format!("{name}-{hash}")))
 }
 
 fn run(file: &Path, state_dir: &Path, settings: Settings) -> anyhow::Result<ExitCode> {

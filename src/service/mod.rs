@@ -45,6 +45,9 @@ pub struct Settings {
     pub kill_grace: Duration,
     /// Variables of the service's environment that local steps also see.
     pub step_env_passthrough: Vec<String>,
+    /// What local steps must not reach besides the state dir (the config file, the
+    /// secrets dir, token files).
+    pub step_protected: Vec<PathBuf>,
     /// Delivery attempts per outbox message (dead-lettering on exhaustion comes with the
     /// dead-letter queue; until then a message keeps retrying at the capped backoff).
     pub max_deliveries: u32,
@@ -87,6 +90,7 @@ impl Default for Settings {
             engine: EngineSettings::default(),
             kill_grace: crate::limits::KILL_GRACE,
             step_env_passthrough: Vec::new(),
+            step_protected: Vec::new(),
             max_deliveries: 10,
             kubernetes: None,
             step_tokens: None,
@@ -150,6 +154,8 @@ pub struct Service {
     pub sweep_stats: Arc<sweep::SweepStats>,
     /// Prometheus metrics (`/metrics`).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// What keeps local steps away from Scarab's files on this kernel.
+    pub step_isolation: crate::executor::local::confine::Isolation,
     /// The last forward-progress check and when it ran.
     progress:
         Arc<tokio::sync::Mutex<Option<(std::time::Instant, forward_progress::ProgressReport)>>>,
@@ -240,8 +246,21 @@ pub async fn start(
 ) -> Result<Running, StartError> {
     prepare_state_dir(&state_dir.root)?;
     let attempts = state_dir.attempts();
-    let kill_grace = settings.kill_grace;
-    let passthrough = settings.step_env_passthrough.clone();
+    let steps = crate::executor::local::StepSettings {
+        kill_grace: settings.kill_grace,
+        env_passthrough: settings.step_env_passthrough.clone(),
+        protected: settings.step_protected.clone(),
+    };
+    let isolation = crate::executor::local::confine::Isolation::of_kernel();
+    match isolation {
+        crate::executor::local::confine::Isolation::Landlock { abi } => {
+            tracing::info!(abi, "local steps are confined with Landlock");
+        }
+        crate::executor::local::confine::Isolation::None => tracing::warn!(
+            "this kernel has no Landlock: local steps can read and write the state dir \
+             (step_isolation: none); see docs/security.md"
+        ),
+    }
     let client = match &settings.kubernetes {
         Some(kube) => Some(kube_client(kube).await?),
         None => None,
@@ -261,12 +280,13 @@ pub async fn start(
             };
             KubeExecutor::start(client, settings, reports.clone())
         });
-        let local = LocalExecutor::new(attempts, supervisor_exe, kill_grace, passthrough, reports)
+        let local = LocalExecutor::new(attempts, supervisor_exe, steps, reports)
             .map_err(|e| StartError::Executor(e.to_string()))?;
         Ok(Executors { local, kubernetes })
     })
     .await?;
     running.service.pod_logs = pod_logs;
+    running.service.step_isolation = isolation;
     Ok(running)
 }
 
@@ -348,6 +368,7 @@ pub async fn start_with<E: Executor>(
         ready: ready_rx,
         outbox,
         pod_logs: None,
+        step_isolation: crate::executor::local::confine::Isolation::None,
         progress: Arc::default(),
         sweep_stats,
         metrics,

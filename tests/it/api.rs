@@ -18,7 +18,7 @@ fn run_count(server: &Server) -> usize {
 
 #[test]
 fn bad_input_is_a_4xx_naming_the_field_and_stores_nothing() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let cases: Vec<(&str, String, &str)> = vec![
         ("invalid yaml", "name: p\nsteps: [\n".to_string(), ""),
@@ -59,7 +59,7 @@ fn bad_input_is_a_4xx_naming_the_field_and_stores_nothing() {
 
 #[test]
 fn cli_validate_and_submit_report_the_same_errors_with_exit_2() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let file = dir.path().join("bad.yaml");
     std::fs::write(
         &file,
@@ -155,7 +155,7 @@ fn cli_validate_and_submit_report_the_same_errors_with_exit_2() {
 
 #[test]
 fn idempotency_key_returns_the_same_run() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let yaml = b"name: p\nsteps:\n  - name: a\n    run: ['true']\n";
     let headers = [("Idempotency-Key", "deploy-42")];
@@ -193,7 +193,7 @@ fn idempotency_key_returns_the_same_run() {
 
 #[test]
 fn json_submission_listing_paging_and_history() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let json = br#"{"name": "j", "steps": [{"name": "a", "run": ["true"]}]}"#;
     let mut ids = Vec::new();
@@ -251,7 +251,7 @@ fn json_submission_listing_paging_and_history() {
 
 #[test]
 fn auth_is_required_and_health_is_open() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let agent = common::agent();
     let status = |path: &str, token: Option<&str>| {
@@ -276,7 +276,7 @@ fn auth_is_required_and_health_is_open() {
 
 #[test]
 fn cancel_stops_running_steps_and_is_refused_once_terminal() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let pid_file = dir.path().join("pid");
     let yaml = format!(
@@ -328,7 +328,7 @@ fn cancel_stops_running_steps_and_is_refused_once_terminal() {
 
 #[test]
 fn logs_are_readable_while_running_and_after() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let gate = dir.path().join("go");
     let yaml = format!(
@@ -372,7 +372,7 @@ fn logs_are_readable_while_running_and_after() {
 
 #[test]
 fn malformed_queries_and_bodies_get_json_errors() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let (status, body) = server.get("/v1/runs?limit=abc");
     assert_eq!(status, 400);
@@ -404,7 +404,7 @@ fn malformed_queries_and_bodies_get_json_errors() {
 
 #[test]
 fn logs_and_attempt_directories_are_removed_after_the_retention() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start_with(&dir.path().join("state"), &["--log-retention", "1s"]);
     let id = server.submit("name: p\nsteps:\n  - name: a\n    run: [echo, hi]\n");
     let run = server.wait_terminal(&id, WITHIN);
@@ -432,7 +432,7 @@ fn logs_and_attempt_directories_are_removed_after_the_retention() {
 /// `/readyz` shows details (which may name paths) only to a caller with a token.
 #[test]
 fn refusals_are_json_ids_have_one_spelling_and_readyz_hides_details_without_a_token() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let id = server.submit("name: a\nsteps:\n  - name: s\n    run: [\"true\"]\n");
 
@@ -500,7 +500,7 @@ fn refusals_are_json_ids_have_one_spelling_and_readyz_hides_details_without_a_to
 /// characters or bidirectional overrides, naming the field, and changes nothing.
 #[test]
 fn control_and_bidi_characters_are_refused_where_they_are_input() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let (status, body) = server
         .submit_yaml("name: \"deploy\\u202Eexe.txt\"\nsteps:\n  - name: s\n    run: [\"true\"]\n");

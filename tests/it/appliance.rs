@@ -69,7 +69,7 @@ const GATED: &str = "name: g\nsteps:\n  - name: approve\n    gate: {}\n  - name:
 
 #[test]
 fn tokens_roles_and_reload_by_sighup() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let reader_file = dir.path().join("reader.token");
     std::fs::write(&reader_file, format!("{READER}\n")).expect("token file");
     let config_path = dir.path().join("scarab.toml");
@@ -160,7 +160,7 @@ fn tokens_roles_and_reload_by_sighup() {
 
 #[test]
 fn a_step_token_reaches_only_its_own_steps_outputs() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let token_file = dir.path().join("token");
     let id = server.submit(&format!(
@@ -207,7 +207,7 @@ fn a_step_token_reaches_only_its_own_steps_outputs() {
 
 #[test]
 fn metrics_parse_as_prometheus_text() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let ok = server.submit("name: ok\nsteps:\n  - name: a\n    run: [\"true\"]\n");
     let bad = server.submit("name: bad\nsteps:\n  - name: a\n    run: [\"false\"]\n");
@@ -267,7 +267,7 @@ fn metrics_parse_as_prometheus_text() {
 
 #[test]
 fn config_check_names_the_bad_key() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let check = |text: &str| {
         let path = dir.path().join("c.toml");
         std::fs::write(&path, text).expect("write");
@@ -354,7 +354,7 @@ fn restore(file: &std::path::Path, state_dir: &std::path::Path) -> std::process:
 
 #[test]
 fn sigterm_under_load_exits_zero_loses_nothing_and_readopts() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let mut server = Server::start(&dir.path().join("state"));
     let pid_file = dir.path().join("pid");
     let sleeper = server.submit(&format!(
@@ -399,7 +399,7 @@ fn sigterm_under_load_exits_zero_loses_nothing_and_readopts() {
 
 #[test]
 fn online_backup_under_load_restores_every_acknowledged_run() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let stop = Arc::new(AtomicBool::new(false));
     let loader = load(server.url.clone(), server.token.clone(), stop.clone());
@@ -459,7 +459,7 @@ fn online_backup_under_load_restores_every_acknowledged_run() {
 
 #[test]
 fn restoring_an_older_backup_mints_no_fence_twice_and_stops_the_newer_lineage() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let mut server = Server::start(&dir.path().join("state"));
     let first = server.submit("name: old\nsteps:\n  - name: a\n    run: [\"true\"]\n");
     server.wait_terminal(&first, WITHIN);
@@ -514,7 +514,7 @@ fn restoring_an_older_backup_mints_no_fence_twice_and_stops_the_newer_lineage() 
 #[test]
 fn systemd_notify_readiness_watchdog_and_json_logs() {
     use std::os::unix::net::UnixDatagram;
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let socket_path = dir.path().join("notify.sock");
     let socket = UnixDatagram::bind(&socket_path).expect("bind notify socket");
     socket

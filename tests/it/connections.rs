@@ -2,6 +2,7 @@
 //! `/healthz` answering and steps launching, and the server itself closes connections
 //! that send nothing (the header-read timeout).
 
+use crate::common;
 use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -26,7 +27,7 @@ fn raise_open_files_limit() {
 #[test]
 fn idle_connections_starve_neither_health_checks_nor_steps() {
     raise_open_files_limit();
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let address = server.url.trim_start_matches("http://").to_string();
     let mut idle: Vec<TcpStream> = (0..IDLE)

@@ -39,7 +39,7 @@ fn sleeper(out: &std::path::Path, sleep_s: f64) -> String {
 
 #[test]
 fn kill9_mid_step_readopts_and_the_step_runs_once() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let out = dir.path().join("out");
     let mut server = Server::start(&dir.path().join("state"));
     let id = server.submit(&sleeper(&out, 5.0));
@@ -58,7 +58,7 @@ fn kill9_mid_step_readopts_and_the_step_runs_once() {
 
 #[test]
 fn verdict_reached_while_down_is_applied_on_start() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let out = dir.path().join("out");
     let mut server = Server::start(&dir.path().join("state"));
     let id = server.submit(&sleeper(&out, 1.0));
@@ -80,7 +80,7 @@ fn verdict_reached_while_down_is_applied_on_start() {
 
 #[test]
 fn timeout_while_down_kills_the_step_at_its_timeout() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let pid_file = dir.path().join("pid");
     let mut server = Server::start(&dir.path().join("state"));
     let yaml = format!(
@@ -110,7 +110,7 @@ fn timeout_while_down_kills_the_step_at_its_timeout() {
 
 #[test]
 fn acknowledged_submission_survives_kill9_right_after_201() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let out = dir.path().join("out");
     let mut server = Server::start(&dir.path().join("state"));
     let id = server.submit(&sleeper(&out, 0.2));
@@ -125,7 +125,7 @@ fn acknowledged_submission_survives_kill9_right_after_201() {
 
 #[test]
 fn many_steps_in_flight_survive_kill9_each_exactly_once() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let out_dir = dir.path().join("outs");
     std::fs::create_dir_all(&out_dir).expect("dir");
     let mut server = Server::start(&dir.path().join("state"));
@@ -155,7 +155,7 @@ fn many_steps_in_flight_survive_kill9_each_exactly_once() {
 
 #[test]
 fn sigterm_exits_cleanly_and_leaves_steps_for_readoption() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let out = dir.path().join("out");
     let mut server = Server::start(&dir.path().join("state"));
     let id = server.submit(&sleeper(&out, 2.0));
@@ -167,7 +167,7 @@ fn sigterm_exits_cleanly_and_leaves_steps_for_readoption() {
 
 #[test]
 fn restore_of_an_older_store_stops_foreign_attempts_and_never_reuses_a_fence() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let state = dir.path().join("state");
     let mut server = Server::start(&state);
     let first = server.submit("name: p\nsteps:\n  - name: a\n    run: ['true']\n");

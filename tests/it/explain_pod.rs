@@ -1,6 +1,7 @@
 //! `scarab explain-pod FILE [--now RFC3339] [--container NAME] -o json` on captured Pods
 //! (tests/fixtures/pods): the §9 contract, judged by the executor's own classifier.
 
+use crate::common;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -346,7 +347,7 @@ fn human_output_is_one_short_line() {
 
 #[test]
 fn bad_input_exits_2_with_a_clear_error() {
-    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = common::tempdir().expect("temp dir");
     let garbage = dir.path().join("garbage.json");
     std::fs::write(&garbage, "{\"kind\": \"Pod\", \"status\": ").expect("write");
     let missing = dir.path().join("missing.json");

@@ -7,6 +7,7 @@
 //!
 //! A change to a stored record type without a decoder for the old format fails here.
 
+use crate::common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -28,10 +29,11 @@ fn fixtures() -> Vec<PathBuf> {
 
 /// A private copy of a fixture's state dir (opening a store may write to it).
 fn copy_state(fixture: &Path, into: &Path) -> PathBuf {
+    // Into the state dir the scratch dir links to (see `common::tempdir`).
     let state = into.join("state");
     let status = std::process::Command::new("cp")
         .arg("-a")
-        .arg(fixture.join("state"))
+        .arg(fixture.join("state").join("."))
         .arg(&state)
         .status()
         .expect("cp");
@@ -76,7 +78,7 @@ fn highest_fence(expected: &Value) -> u64 {
 #[test]
 fn every_fixture_store_reads_back_as_its_writer_answered() {
     for fixture in fixtures() {
-        let temp = tempfile::tempdir().expect("tempdir");
+        let temp = common::tempdir().expect("tempdir");
         let state = copy_state(&fixture, temp.path());
         let expected = expected(&fixture);
         let store = scarab::store::Store::open(&state.join("scarab.redb")).expect("opens");
@@ -119,7 +121,7 @@ fn every_fixture_store_reads_back_as_its_writer_answered() {
 #[test]
 fn every_fixture_store_carries_on_under_this_build() {
     for fixture in fixtures() {
-        let temp = tempfile::tempdir().expect("tempdir");
+        let temp = common::tempdir().expect("tempdir");
         let state = copy_state(&fixture, temp.path());
         let expected = expected(&fixture);
         // The writer ran with `auto_retry.max = 0` (so its sweep quarantined at once); the
@@ -226,7 +228,7 @@ fn every_fixture_store_carries_on_under_this_build() {
 #[test]
 fn a_run_whose_record_does_not_decode_is_named_not_silently_stuck() {
     let fixture = &fixtures()[0];
-    let temp = tempfile::tempdir().expect("tempdir");
+    let temp = common::tempdir().expect("tempdir");
     let state = copy_state(fixture, temp.path());
     let expected = expected(fixture);
     let broken = role(&expected, "waiting");

@@ -34,7 +34,7 @@ fn count(kinds: &[String], kind: &str) -> usize {
 
 #[test]
 fn approve_by_cli_and_reject_by_api_record_who_and_when_and_bad_decisions_change_nothing() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
 
     let id = server.submit(&gated("approve-me", "{message: \"ship it?\"}"));
@@ -193,7 +193,7 @@ fn approve_by_cli_and_reject_by_api_record_who_and_when_and_bad_decisions_change
 
 #[test]
 fn release_expiry_and_backoff_timers_due_while_stopped_fire_once_on_start() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let mut server = Server::start(&dir.path().join("state"));
     let released = server.submit(&gated("release", "{auto_release: 3s, expires: 1h}"));
     let expired = server.submit(&gated("expire", "{expires: 3s}"));
@@ -245,7 +245,7 @@ fn release_expiry_and_backoff_timers_due_while_stopped_fire_once_on_start() {
 
 #[test]
 fn a_budget_stops_the_step_that_runs_past_it() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let pid_file = dir.path().join("pid");
     let id = server.submit(&format!(
@@ -270,7 +270,7 @@ fn a_budget_stops_the_step_that_runs_past_it() {
 
 #[test]
 fn time_waiting_on_a_gate_does_not_count_against_the_budget() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let pipeline = |name: &str, secs: u32| {
         format!(

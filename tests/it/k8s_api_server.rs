@@ -1,6 +1,7 @@
 //! Self-test of the fake Kubernetes API server in tests/k8s_api, driven through the
 //! real `kube` client.
 
+use crate::common;
 use crate::k8s_api;
 
 use std::collections::BTreeMap;
@@ -1054,7 +1055,7 @@ async fn auto_mode_runs_scripts_deadlines_and_deletions() {
 #[tokio::test]
 async fn kubeconfig_points_a_client_at_the_cluster() {
     let cluster = FakeCluster::start().await;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = common::tempdir().unwrap();
     let path = cluster.kubeconfig_with_namespace(dir.path(), "team-a");
     let kc = kube::config::Kubeconfig::read_from(&path).unwrap();
     let config =

@@ -109,7 +109,7 @@ fn kube_step(name: &str, script: &str) -> String {
 
 #[test]
 fn pods_run_to_their_verdict_and_failures_are_classified() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let cluster = Cluster::start();
     cluster.cluster.kubelet().auto(true);
     let server = cluster.serve(dir.path());
@@ -142,7 +142,7 @@ fn pods_run_to_their_verdict_and_failures_are_classified() {
 
 #[test]
 fn oom_killed_pod_is_infra_post_start_and_dead_letters() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let cluster = Cluster::start();
     cluster.cluster.kubelet().auto(true);
     let server = cluster.serve(dir.path());
@@ -171,7 +171,7 @@ fn oom_killed_pod_is_infra_post_start_and_dead_letters() {
 
 #[test]
 fn kill9_with_a_pod_running_readopts_it_and_never_creates_it_twice() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let cluster = Cluster::start();
     cluster.cluster.kubelet().auto(true);
     let mut server = cluster.serve(dir.path());
@@ -220,7 +220,7 @@ fn kill9_with_a_pod_running_readopts_it_and_never_creates_it_twice() {
 
 #[test]
 fn zombie_pods_are_deleted_at_start_and_fences_are_never_reused() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let cluster = Cluster::start();
     cluster.cluster.kubelet().auto(true);
     // A Pod of an attempt this store never had (a newer lineage, or a stale fence).
@@ -320,7 +320,7 @@ fn wait_deleted(cluster: &Cluster, names: &[String], what: &str) {
 fn a_start_up_list_of_several_pages_deletes_every_stale_pod_and_counts_every_fence() {
     const STALE: u64 = 1_100;
     const PAGE: usize = 500;
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let cluster = Cluster::start();
     // Run ids rise with i, so the names sort (as the API server pages them) in the order
     // of i, and the highest fence is on the last page.
@@ -407,7 +407,7 @@ fn a_start_up_list_of_several_pages_deletes_every_stale_pod_and_counts_every_fen
 /// does not raise its counter for them, and mints normal fences.
 #[test]
 fn pods_with_an_implausible_or_unreadable_fence_are_deleted_and_do_not_raise_the_counter() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let cluster = Cluster::start();
     let run = "r01m8xaz6t4hpa5m3jsn0p2xd4n";
     let max = format!("{run}-s0-f{}", u64::MAX);
@@ -450,7 +450,7 @@ fn pods_with_an_implausible_or_unreadable_fence_are_deleted_and_do_not_raise_the
 
 #[test]
 fn an_unreachable_api_server_delays_launches_without_losing_or_duplicating_them() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let cluster = Cluster::start();
     cluster.cluster.kubelet().auto(true);
     let server = cluster.serve(dir.path());
@@ -595,7 +595,7 @@ fn every_kubernetes_row_ends_with_the_right_class_and_run_state() {
             "dead_lettered",
         ),
     ];
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let cluster = Cluster::start();
     let kubeconfig = cluster.cluster.kubeconfig(dir.path());
     let kubeconfig = kubeconfig.to_str().expect("utf-8").to_string();
@@ -656,7 +656,7 @@ fn readopt_10k_pods_benchmark() {
     };
     use scarab::store::records::{LaunchAction, LaunchRecord, PipelineSource, SourceFormat};
     const PODS: u64 = 10_000;
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let cluster = Cluster::start();
     let state = dir.path().join("state");
     std::fs::create_dir_all(&state).expect("state dir");
@@ -765,7 +765,7 @@ fn readopt_10k_pods_benchmark() {
 
 #[test]
 fn logs_are_live_while_the_pod_runs_and_archived_after_it() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let cluster = Cluster::start();
     let server = cluster.serve(dir.path());
     let kubelet = cluster.cluster.kubelet();
@@ -802,7 +802,7 @@ fn logs_are_live_while_the_pod_runs_and_archived_after_it() {
 
 #[test]
 fn kill9_while_pods_succeed_fail_vanish_and_keep_running_judges_each_once() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let cluster = Cluster::start();
     let mut server = cluster.serve(dir.path());
     let kubelet = cluster.cluster.kubelet();
@@ -861,7 +861,7 @@ fn kill9_while_pods_succeed_fail_vanish_and_keep_running_judges_each_once() {
 
 #[test]
 fn a_cancel_before_the_pod_exists_means_it_is_never_created() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let cluster = Cluster::start();
     cluster.cluster.kubelet().auto(true);
     let server = cluster.serve(dir.path());
@@ -887,7 +887,7 @@ fn a_cancel_before_the_pod_exists_means_it_is_never_created() {
 
 #[test]
 fn an_exhausted_launch_dead_letters_the_run_and_a_requeue_completes_it() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let cluster = Cluster::start();
     cluster.cluster.kubelet().auto(true);
     let kubeconfig = cluster.cluster.kubeconfig(dir.path());
@@ -1023,7 +1023,7 @@ fn count_events(server: &Server, id: &str, kind: &str) -> usize {
 
 #[test]
 fn an_unpullable_image_is_auto_retried_twice_then_quarantined_or_heals() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let cluster = Cluster::start();
     let kubelet = cluster.cluster.kubelet();
     kubelet.auto(true);
@@ -1091,7 +1091,7 @@ fn an_unpullable_image_is_auto_retried_twice_then_quarantined_or_heals() {
 
 #[test]
 fn with_the_sweep_off_nothing_is_resubmitted() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let cluster = Cluster::start();
     let kubelet = cluster.cluster.kubelet();
     kubelet.auto(true);
@@ -1113,7 +1113,7 @@ fn with_the_sweep_off_nothing_is_resubmitted() {
 
 #[test]
 fn kill9_during_sweeps_leaves_every_run_resubmitted_completely_or_untouched() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let cluster = Cluster::start();
     let kubelet = cluster.cluster.kubelet();
     kubelet.auto(true);

@@ -8,8 +8,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use scarab::engine::{Fence, Outcome, RunId};
-use scarab::executor::local::LocalExecutor;
 use scarab::executor::local::files::{self, Spec};
+use scarab::executor::local::{LocalExecutor, StepSettings};
 use scarab::executor::{Adoption, Executor, Report, Target};
 use scarab::store::records::{ExecutorKind, LaunchAction, LaunchRecord};
 use tokio::sync::mpsc;
@@ -39,8 +39,10 @@ fn executor(attempts: &Path) -> (LocalExecutor, mpsc::Receiver<Report>) {
     let executor = LocalExecutor::new(
         attempts.to_path_buf(),
         common::BIN.into(),
-        Duration::from_secs(1),
-        Vec::new(),
+        StepSettings {
+            kill_grace: Duration::from_secs(1),
+            ..StepSettings::default()
+        },
         tx,
     )
     .expect("executor");
@@ -86,8 +88,8 @@ async fn next_report(reports: &mut mpsc::Receiver<Report>) -> Report {
 
 #[tokio::test]
 async fn a_confirmed_attempt_cut_at_the_handshake_runs_once_under_its_fence_on_adoption() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let attempts = dir.path().join("attempts");
+    let dir = common::tempdir().expect("tempdir");
+    let attempts = dir.path().join("state").join("attempts");
     let out = dir.path().join("out");
     abort_at_handshake(&attempts, order(7, &out));
     let (executor, mut reports) = executor(&attempts);
@@ -111,8 +113,8 @@ async fn a_confirmed_attempt_cut_at_the_handshake_runs_once_under_its_fence_on_a
 
 #[tokio::test]
 async fn an_unconfirmed_launch_waits_for_the_store_before_the_step_starts() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let attempts = dir.path().join("attempts");
+    let dir = common::tempdir().expect("tempdir");
+    let attempts = dir.path().join("state").join("attempts");
     let out = dir.path().join("out");
     abort_at_handshake(&attempts, order(9, &out));
     let (executor, mut reports) = executor(&attempts);
@@ -139,8 +141,8 @@ async fn an_unconfirmed_launch_waits_for_the_store_before_the_step_starts() {
 
 #[tokio::test]
 async fn a_confirmed_attempt_with_no_trace_is_lost_and_a_foreign_directory_is_not_adopted() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let attempts = dir.path().join("attempts");
+    let dir = common::tempdir().expect("tempdir");
+    let attempts = dir.path().join("state").join("attempts");
     let (executor, mut reports) = executor(&attempts);
     let adoption = Adoption {
         run: RunId(42),
@@ -177,8 +179,8 @@ async fn a_confirmed_attempt_with_no_trace_is_lost_and_a_foreign_directory_is_no
 
 #[tokio::test]
 async fn an_unconfirmed_launch_whose_supervisor_died_before_the_step_is_started_afresh() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let attempts = dir.path().join("attempts");
+    let dir = common::tempdir().expect("tempdir");
+    let attempts = dir.path().join("state").join("attempts");
     let out = dir.path().join("out");
     // A supervisor recorded itself, then died (power cut, OOM kill) before its handshake.
     let attempt_dir = files::attempt_dir(&attempts, Fence(11));
@@ -203,8 +205,8 @@ async fn an_unconfirmed_launch_whose_supervisor_died_before_the_step_is_started_
 
 #[tokio::test]
 async fn a_stop_during_the_handshake_means_the_step_never_starts() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let attempts = dir.path().join("attempts");
+    let dir = common::tempdir().expect("tempdir");
+    let attempts = dir.path().join("state").join("attempts");
     let out = dir.path().join("out");
     let (executor, mut reports) = executor(&attempts);
     executor.launch(&order(13, &out)).await.expect("launch");

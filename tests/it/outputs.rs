@@ -11,7 +11,7 @@ const WITHIN: Duration = Duration::from_secs(60);
 
 #[test]
 fn outputs_flow_to_later_steps_and_show_in_the_run_detail() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let out = dir.path().join("out");
     let yaml = format!(
@@ -27,7 +27,7 @@ fn outputs_flow_to_later_steps_and_show_in_the_run_detail() {
 
 #[test]
 fn a_zombie_attempt_is_answered_409_stale_fence() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let token_file = dir.path().join("token");
     let yaml = format!(
@@ -93,7 +93,7 @@ fn put_outputs(server: &Server, path: &str, token: &str, body: &[u8]) -> (u16, s
 /// bound are refused naming the key, and nothing of the refused write is stored.
 #[test]
 fn outputs_are_authenticated_first_and_never_dropped_silently() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     for path in [
         "/v1/runs/r01m8y57tfmvwmvb565r30rzdve/steps/nope/outputs".to_string(),

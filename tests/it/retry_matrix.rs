@@ -11,7 +11,7 @@ const WITHIN: Duration = Duration::from_secs(60);
 
 #[test]
 fn exit_1_without_retry_fails_after_one_attempt() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let id =
         server.submit("name: p\nsteps:\n  - name: s\n    run: [sh, -c, 'echo boom >&2; exit 1']\n");
@@ -34,7 +34,7 @@ fn exit_1_without_retry_fails_after_one_attempt() {
 
 #[test]
 fn step_retry_heals_a_flaky_step_with_increasing_fences() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let yaml = r#"
 name: p
@@ -70,7 +70,7 @@ steps:
 
 #[test]
 fn timeout_kills_the_step_and_fails_with_timed_out() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let pid_file = dir.path().join("pid");
     let yaml = format!(
@@ -90,7 +90,7 @@ fn timeout_kills_the_step_and_fails_with_timed_out() {
 
 #[test]
 fn missing_executable_is_config_and_never_retried() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let yaml = "name: p\nsteps:\n  - name: s\n    run: [/nonexistent/tool]\n    retry: { on: failure, max: 3, backoff: { initial: 10ms } }\n";
     let id = server.submit(yaml);
@@ -127,7 +127,7 @@ fn killable_step(pid_file: &std::path::Path, retry: &str) -> String {
 
 #[test]
 fn outside_sigkill_dead_letters_without_retry_and_is_retried_with_on_infra() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
 
     let pid_file = dir.path().join("pid-a");
@@ -169,7 +169,7 @@ fn outside_sigkill_dead_letters_without_retry_and_is_retried_with_on_infra() {
 
 #[test]
 fn dag_runs_in_order_skips_dependents_of_failures_and_passes_environment() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("state"));
     let out = dir.path().join("order");
     let yaml = format!(

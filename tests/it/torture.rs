@@ -8,6 +8,7 @@
 //! docs/benchmarks.md). The kill times come from a seed printed at the start;
 //! `SCARAB_TORTURE_SEED` replays one.
 
+use crate::common;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -63,7 +64,7 @@ fn kill_9_under_load_loses_nothing_and_runs_nothing_twice() {
         });
     eprintln!("torture: {cycles} cycles, SCARAB_TORTURE_SEED={seed}");
     let mut random = Lcg(seed);
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let out = dir.path().join("out");
     std::fs::create_dir_all(&out).expect("out dir");
     let server = Arc::new(Mutex::new(Server::start(&dir.path().join("state"))));

@@ -4,6 +4,7 @@
 //! are re-adopted: same attempt, same fence, run once. (Old stores opening with this
 //! build are `fixture_stores`' part.)
 
+use crate::common;
 use std::path::Path;
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ fn install(from: &Path, to: &Path) {
 
 #[test]
 fn an_upgrade_in_place_readopts_the_running_steps() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let installed = dir.path().join("bin/scarab");
     std::fs::create_dir_all(installed.parent().expect("parent")).expect("bin dir");
     install(Path::new(BIN), &installed);

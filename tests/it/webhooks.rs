@@ -128,7 +128,7 @@ fn config(dir: &std::path::Path, hooks: &[(&str, &str)]) -> String {
 
 #[test]
 fn a_receiver_that_fails_three_times_gets_the_event_with_one_id_and_valid_signatures() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let receiver = Receiver::start(Some(3));
     let config = config(dir.path(), &[(&receiver.url, "[\"run_state\"]")]);
     let server = Server::start_with(&dir.path().join("state"), &["--config", &config]);
@@ -173,7 +173,7 @@ fn a_receiver_that_fails_three_times_gets_the_event_with_one_id_and_valid_signat
 
 #[test]
 fn an_always_failing_receiver_dead_letters_without_changing_the_verdict_and_alerts_the_operator() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let broken = Receiver::start(None);
     let alerts = Receiver::start(Some(0));
     let config = config(
@@ -233,7 +233,7 @@ fn an_always_failing_receiver_dead_letters_without_changing_the_verdict_and_aler
 
 #[test]
 fn an_event_committed_before_a_kill9_is_delivered_after_the_restart() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let receiver = Receiver::start(None);
     let config = config(dir.path(), &[(&receiver.url, "[\"run_state\"]")]);
     let mut server = Server::start_with(&dir.path().join("state"), &["--config", &config]);
@@ -267,7 +267,7 @@ fn an_event_committed_before_a_kill9_is_delivered_after_the_restart() {
 
 #[test]
 fn an_open_gate_sends_gate_waiting_to_subscribed_receivers() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let receiver = Receiver::start(Some(0));
     let config = config(dir.path(), &[(&receiver.url, "[\"gate_waiting\"]")]);
     let server = Server::start_with(&dir.path().join("state"), &["--config", &config]);

@@ -2,13 +2,14 @@
 //! directories named with implausible fences (u64::MAX, or far above anything this store
 //! minted) are foreign, and never raise the counter. (Pods: `kubernetes`.)
 
+use crate::common;
 use std::time::Duration;
 
 use crate::common::{Server, fences};
 
 #[test]
 fn implausible_attempt_directories_never_raise_the_fence_counter() {
-    let dir = tempfile::tempdir().expect("tempdir");
+    let dir = common::tempdir().expect("tempdir");
     let state = dir.path().join("state");
     let attempts = state.join("attempts");
     let far_ahead = (1u64 << 40) + 7;

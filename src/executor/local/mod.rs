@@ -1,7 +1,9 @@
 //! The local executor: every attempt is a `scarab supervise` process in its own session,
 //! working in a fence-named directory under the state dir.
 
+pub mod confine;
 pub mod files;
+pub mod mask;
 pub mod supervisor;
 
 use std::collections::{HashMap, HashSet};
@@ -30,9 +32,7 @@ pub struct LocalExecutor {
 struct Inner {
     attempts_dir: PathBuf,
     supervisor_exe: PathBuf,
-    kill_grace: Duration,
-    /// What of the service's environment steps see (`step_environment`).
-    step_env_passthrough: Vec<String>,
+    steps: StepSettings,
     reports: mpsc::Sender<Report>,
     /// Fences with a watcher task, so a redelivered launch never watches twice.
     watching: Mutex<HashSet<Fence>>,
@@ -52,13 +52,24 @@ enum Probe {
     Aborted,
 }
 
+/// How local steps are run.
+#[derive(Clone, Debug, Default)]
+pub struct StepSettings {
+    /// SIGTERM-to-SIGKILL grace when Scarab stops a step.
+    pub kill_grace: Duration,
+    /// What of the service's environment steps see (`step_environment`).
+    pub env_passthrough: Vec<String>,
+    /// What steps must not reach besides the state dir (see `confine`): the config file,
+    /// the secrets dir, token files.
+    pub protected: Vec<PathBuf>,
+}
+
 impl LocalExecutor {
     /// `supervisor_exe` is this very binary (`scarab supervise` is one of its commands).
     pub fn new(
         attempts_dir: PathBuf,
         supervisor_exe: PathBuf,
-        kill_grace: Duration,
-        step_env_passthrough: Vec<String>,
+        steps: StepSettings,
         reports: mpsc::Sender<Report>,
     ) -> io::Result<Self> {
         std::fs::create_dir_all(&attempts_dir)?;
@@ -66,8 +77,7 @@ impl LocalExecutor {
             inner: Arc::new(Inner {
                 attempts_dir,
                 supervisor_exe,
-                kill_grace,
-                step_env_passthrough,
+                steps,
                 reports,
                 watching: Mutex::new(HashSet::new()),
                 awaiting_go: Mutex::new(HashMap::new()),
@@ -156,10 +166,14 @@ impl LocalExecutor {
             // service's own (its tokens, its configuration), only what `step_environment`
             // lets through.
             .env_clear()
-            .envs(step_environment(&self.inner.step_env_passthrough))
+            .envs(step_environment(&self.inner.steps.env_passthrough))
             .env(
                 crate::service::STEP_UMASK_VAR,
                 format!("{:o}", crate::service::private_files()),
+            )
+            .env(
+                confine::PROTECT_VAR,
+                serde_json::to_string(&self.inner.steps.protected).unwrap_or_default(),
             )
             // The launch handshake (see `supervisor::wait_for_go`).
             .stdin(Stdio::piped())
@@ -337,7 +351,8 @@ impl Executor for LocalExecutor {
         }
         let spec = Spec {
             launch: order.clone(),
-            kill_grace_ms: u64::try_from(self.inner.kill_grace.as_millis()).unwrap_or(u64::MAX),
+            kill_grace_ms: u64::try_from(self.inner.steps.kill_grace.as_millis())
+                .unwrap_or(u64::MAX),
         };
         files::write_spec(&dir, &spec).map_err(io_error)?;
         self.spawn_supervisor(order.run, step, order.fence, &dir)

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
 
+use super::confine::Confinement;
 use super::files::{self, ProcessIdentity, Spec};
+use super::mask::Masker;
 use crate::engine::{FailureClass, KillReason, Outcome, Timestamp, Verdict};
 
 #[derive(Debug, thiserror::Error)]
@@ -140,8 +142,22 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
             false,
         )));
     }
+    // Built before the fork: the child only applies it (see `confine`).
+    let confinement = match Confinement::build(&protected_paths(dir)) {
+        Ok(confinement) => confinement,
+        Err(error) => {
+            let reason = format!("cannot confine the step: {error}");
+            return Ok(Some(never_ran_verdict(
+                Outcome::Failed(FailureClass::InfraNeverStarted),
+                &reason,
+                false,
+            )));
+        }
+    };
+    let masker = || Masker::new(std::iter::empty());
     let started_at = now();
-    let mut child = match command(dir, spec, &local)?.spawn() {
+    let spawned = command(spec, &local, confinement).spawn();
+    let mut child = match spawned {
         Ok(child) => child,
         Err(error) => {
             let (class, reason) = classify_spawn_error(&error, &local.argv[0]);
@@ -153,6 +169,18 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
         }
     };
     let pid = child.id() as i32;
+    let (copied_tx, copied) = mpsc::channel();
+    if let Some(out) = child.stdout.take() {
+        capture(
+            out,
+            append(dir, files::STDOUT)?,
+            masker(),
+            copied_tx.clone(),
+        );
+    }
+    if let Some(err) = child.stderr.take() {
+        capture(err, append(dir, files::STDERR)?, masker(), copied_tx);
+    }
     if let Some(identity) = ProcessIdentity::of(pid) {
         files::write_json(dir, files::CHILD, &identity, false)?;
     }
@@ -170,6 +198,15 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
     // Leftovers of the step (its background children) die with it: a retry must never
     // overlap anything of this attempt.
     signal_group(pid, Signal::KILL);
+    // The output's last bytes reach the log before the verdict. A process that left the
+    // step's group and still holds a pipe is not waited for beyond a bound.
+    let deadline = Instant::now() + OUTPUT_DRAIN;
+    for _ in 0..2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if copied.recv_timeout(left).is_err() {
+            break;
+        }
+    }
     Ok(Some(classify_exit(status, stopped_for, spec, started_at)))
 }
 
@@ -217,44 +254,91 @@ enum Handshake {
 /// The byte the service sends when the launch is durable.
 pub const GO: u8 = b'g';
 
-fn command(dir: &Path, spec: &Spec, local: &files::LocalCommand) -> io::Result<Command> {
-    let stdout = append(dir, files::STDOUT)?;
-    let stderr = append(dir, files::STDERR)?;
+/// How long the supervisor waits, once the step's group is gone, for the last of its
+/// output to reach the log.
+const OUTPUT_DRAIN: Duration = Duration::from_secs(5);
+
+/// What the step must not reach: the state dir (the attempt directory's grandparent) and
+/// what the service names besides it (`confine::PROTECT_VAR`: the config file, the secrets
+/// dir, token files).
+fn protected_paths(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut paths: Vec<std::path::PathBuf> = std::env::var(super::confine::PROTECT_VAR)
+        .ok()
+        .and_then(|list| serde_json::from_str(&list).ok())
+        .unwrap_or_default();
+    if let Some(state) = dir.parent().and_then(Path::parent) {
+        paths.push(state.to_path_buf());
+    }
+    paths
+}
+
+fn command(spec: &Spec, local: &files::LocalCommand, confinement: Confinement) -> Command {
     let mut command = Command::new(&local.argv[0]);
     command
         .args(&local.argv[1..])
         .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
+        // Pipes this supervisor holds: the step never gets a path or a descriptor of its
+        // log files, and what it writes is masked on the way (`capture`).
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .env("SCARAB_RUN_ID", spec.launch.run.to_string())
         .env("SCARAB_STEP", &spec.launch.step_name)
         .env("SCARAB_ATTEMPT", spec.launch.attempt.to_string())
         .env("SCARAB_FENCE", spec.launch.fence.0.to_string())
         .envs(local.env.iter().map(|(k, v)| (k, v)))
         .env_remove(crate::service::STEP_UMASK_VAR)
+        .env_remove(super::confine::PROTECT_VAR)
         // Its own process group, so the whole step can be stopped at once.
         .process_group(0);
     // Scarab's own files are private (umask 077, see `service::private_files`); the step
     // gets back the umask the service was started with.
-    if let Some(mask) = std::env::var(crate::service::STEP_UMASK_VAR)
+    let mask = std::env::var(crate::service::STEP_UMASK_VAR)
         .ok()
         .and_then(|m| u32::from_str_radix(&m, 8).ok())
         .filter(|m| *m <= 0o777)
-    {
-        use std::os::unix::process::CommandExt;
-        let mask = rustix::fs::Mode::from_bits_truncate(mask);
-        // SAFETY: umask is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            command.pre_exec(move || {
+        .map(rustix::fs::Mode::from_bits_truncate);
+    // SAFETY: only async-signal-safe system calls run between fork and exec (umask,
+    // prctl, landlock_restrict_self), touching no memory of the parent.
+    unsafe {
+        command.pre_exec(move || {
+            if let Some(mask) = mask {
                 rustix::process::umask(mask);
-                Ok(())
-            });
-        }
+            }
+            confinement.apply()
+        });
     }
     if let Some(workdir) = local.workdir {
         command.current_dir(workdir);
     }
-    Ok(command)
+    command
+}
+
+/// Copies one of the step's output pipes into its log file, masking secret values.
+/// Signals `done` at the end of the stream.
+fn capture(
+    mut from: impl io::Read + Send + 'static,
+    mut to: File,
+    mut masker: Masker,
+    done: mpsc::Sender<()>,
+) {
+    std::thread::spawn(move || {
+        use std::io::Write;
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            match from.read(&mut buffer) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if to.write_all(&masker.push(&buffer[..n])).is_err() {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        let _ = to.write_all(&masker.finish());
+        let _ = done.send(());
+    });
 }
 
 fn append(dir: &Path, name: &str) -> io::Result<File> {

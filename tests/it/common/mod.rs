@@ -11,6 +11,43 @@ use serde_json::Value;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_scarab");
 
+/// A test's scratch directory, whose `state` entry is the service's state dir and whose
+/// `etc` entry is a directory for its config file.
+///
+/// Steps are confined away from the state dir and the config and cannot create entries
+/// directly in their ancestors (see `executor::local::confine`), so both live in trees of
+/// their own (under cargo's target tmp dir) and `<scratch>/state` and `<scratch>/etc` link
+/// to them: steps write their markers into the scratch dir, beside the links, and `/tmp`
+/// stays theirs.
+pub struct TestDir {
+    scratch: tempfile::TempDir,
+    _state: tempfile::TempDir,
+    _etc: tempfile::TempDir,
+}
+
+impl TestDir {
+    pub fn path(&self) -> &Path {
+        self.scratch.path()
+    }
+}
+
+pub fn tempdir() -> std::io::Result<TestDir> {
+    let scratch = tempfile::tempdir()?;
+    let state = tempfile::Builder::new()
+        .prefix("state-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
+    let etc = tempfile::Builder::new()
+        .prefix("etc-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
+    std::os::unix::fs::symlink(state.path(), scratch.path().join("state"))?;
+    std::os::unix::fs::symlink(etc.path(), scratch.path().join("etc"))?;
+    Ok(TestDir {
+        scratch,
+        _state: state,
+        _etc: etc,
+    })
+}
+
 pub struct Server {
     pub state_dir: PathBuf,
     pub url: String,

@@ -1,0 +1,199 @@
+//! Confinement of a local step: it cannot read or write Scarab's own files.
+//!
+//! Linux Landlock, with `no_new_privs`. Landlock rules only ever grant access, so a
+//! protected directory (the state dir, the config file, the secrets dir) cannot be carved
+//! out of a wider grant: instead every filesystem entry *beside* the path to a protected
+//! one is granted in full, and the directories on that path get nothing of their own. For
+//! a state dir `/var/lib/scarab` that means: everything under `/usr`, `/etc`, `/tmp`,
+//! `/home`, `/var/tmp`, `/var/lib/apt`... is the step's to use as the service user's Unix
+//! permissions allow, while `/var/lib/scarab` and the ancestors' own entries are not: a
+//! step cannot list `/`, `/var` or `/var/lib`, nor create, remove or rename entries
+//! directly in them, and an entry created there after the step started is out of its
+//! reach. The grant is taken afresh for every attempt. Symbolic links are never granted
+//! (their targets are, where they lie beside the protected paths).
+//!
+//! The domain also scopes signals and abstract Unix sockets (Landlock ABI 6): the step
+//! cannot signal its supervisor or the service, nor ptrace them or read their memory or
+//! environment (`/proc/PID/environ`), which Landlock refuses to any process outside the
+//! step's own domain. Each attempt has its own domain, so steps cannot reach each other.
+//!
+//! The ruleset is built by the supervisor before it forks the step; the child applies it
+//! between fork and exec with two raw system calls (nothing that allocates or locks runs
+//! there: the supervisor is multi-threaded).
+
+use std::collections::HashSet;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, Scope,
+};
+
+/// The newest Landlock ABI whose rights Scarab asks for; older kernels get what they
+/// support (best effort), and the service says which protection is in force.
+const TARGET_ABI: ABI = ABI::V6;
+
+/// What protects Scarab's files from steps on this machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    /// Landlock at this ABI version (6 and above also scope signals).
+    Landlock { abi: u32 },
+    /// The kernel has no Landlock (or it is disabled): steps run with the service user's
+    /// full access.
+    None,
+}
+
+impl Isolation {
+    /// What the running kernel offers.
+    pub fn of_kernel() -> Isolation {
+        // SAFETY: the version query takes no pointer it dereferences (NULL, size 0).
+        let version = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                std::ptr::null::<u8>(),
+                0usize,
+                1u32, // LANDLOCK_CREATE_RULESET_VERSION
+            )
+        };
+        match u32::try_from(version) {
+            Ok(abi) if abi >= 1 => Isolation::Landlock { abi },
+            _ => Isolation::None,
+        }
+    }
+
+    /// The name `/readyz` and the logs use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isolation::Landlock { .. } => "landlock",
+            Isolation::None => "none",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    #[error("protected path {path}: {source}")]
+    Protected {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the root directory cannot be protected from steps")]
+    Root,
+    #[error("landlock: {0}")]
+    Landlock(#[from] landlock::RulesetError),
+}
+
+/// A ruleset ready to be applied in the step's process (`apply`). `None` inside when the
+/// kernel has no Landlock: the step then runs unconfined, as the service said at start.
+pub struct Confinement {
+    ruleset: Option<OwnedFd>,
+}
+
+impl Confinement {
+    /// Builds the ruleset that grants everything except what lies beneath `protected`
+    /// (paths that do not exist are skipped: nothing there to protect yet).
+    pub fn build(protected: &[PathBuf]) -> Result<Confinement, ConfineError> {
+        let protected = canonical(protected)?;
+        if protected.iter().any(|p| p.parent().is_none()) {
+            return Err(ConfineError::Root);
+        }
+        let ancestors: HashSet<PathBuf> = protected
+            .iter()
+            .flat_map(|p| p.ancestors().skip(1).map(Path::to_path_buf))
+            .collect();
+        let mut ruleset = Ruleset::default()
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(AccessFs::from_all(TARGET_ABI))?
+            .scope(Scope::from_all(TARGET_ABI))?
+            .create()?;
+        for ancestor in &ancestors {
+            let Ok(entries) = std::fs::read_dir(ancestor) else {
+                // Unlistable by the service user: nothing beneath it is granted, which
+                // only ever denies more.
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if protected.contains(&path) || ancestors.contains(&path) {
+                    continue;
+                }
+                let Some((fd, is_dir)) = open_beside(&path) else {
+                    continue;
+                };
+                let access = if is_dir {
+                    AccessFs::from_all(TARGET_ABI)
+                } else {
+                    AccessFs::from_file(TARGET_ABI)
+                };
+                ruleset = ruleset.add_rule(PathBeneath::new(fd, access))?;
+            }
+        }
+        Ok(Confinement {
+            ruleset: ruleset.into(),
+        })
+    }
+
+    /// Applies the ruleset to the calling process: for `pre_exec`, between fork and exec.
+    ///
+    /// # Safety
+    /// Only async-signal-safe system calls run here (prctl, landlock_restrict_self).
+    pub fn apply(&self) -> io::Result<()> {
+        let Some(ruleset) = &self.ruleset else {
+            return Ok(());
+        };
+        // SAFETY: plain system calls on integers; no memory of the parent is touched.
+        unsafe {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Canonical forms of the protected paths that exist.
+fn canonical(protected: &[PathBuf]) -> Result<Vec<PathBuf>, ConfineError> {
+    let mut out = Vec::with_capacity(protected.len());
+    for path in protected {
+        match std::fs::canonicalize(path) {
+            Ok(path) => out.push(path),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(ConfineError::Protected {
+                    path: path.display().to_string(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Opens an entry beside a protected path without following a symbolic link (a link
+/// swapped in after listing must not grant its target). `None` for links and entries
+/// that vanished; `Some((fd, is_dir))` otherwise.
+fn open_beside(path: &Path) -> Option<(OwnedFd, bool)> {
+    use rustix::fs::{FileType, OFlags};
+    let fd = rustix::fs::open(
+        path,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .ok()?;
+    let kind = FileType::from_raw_mode(rustix::fs::fstat(&fd).ok()?.st_mode);
+    match kind {
+        FileType::Symlink => None,
+        FileType::Directory => Some((fd, true)),
+        _ => Some((fd, false)),
+    }
+}
+
+/// The variable through which a supervisor learns what else to protect besides its state
+/// dir (a JSON array of paths). Never passed on to the step.
+pub const PROTECT_VAR: &str = "SCARAB_SUPERVISOR_PROTECT";
