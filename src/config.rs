@@ -38,6 +38,16 @@ pub struct ConfigFile {
     pub webhooks: Vec<WebhookConfig>,
     #[serde(default)]
     pub tokens: Vec<TokenConfig>,
+    #[serde(default)]
+    pub secrets: SecretsSection,
+}
+
+/// `[secrets]` (reloaded by SIGHUP): named secrets for `env: {VAR: {secret: NAME}}`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretsSection {
+    /// One file per secret, named as the secret (docs/security.md).
+    pub dir: Option<PathBuf>,
 }
 
 /// `[log]` (reloaded by SIGHUP: `level`).
@@ -208,6 +218,8 @@ pub struct Live {
     pub tokens: Vec<Token>,
     pub log_level: Option<String>,
     pub auto_retry: crate::engine::AutoRetrySettings,
+    /// The named secrets, as last loaded from `[secrets] dir`.
+    pub secrets: std::sync::Arc<crate::secrets::Secrets>,
 }
 
 impl ConfigFile {
@@ -219,11 +231,16 @@ impl ConfigFile {
             .enumerate()
             .map(|(i, t)| t.resolve(i))
             .collect::<Result<Vec<_>, _>>()?;
+        let secrets = match &self.secrets.dir {
+            Some(dir) => crate::secrets::Secrets::load(dir)?,
+            None => crate::secrets::Secrets::default(),
+        };
         Ok(Live {
             webhooks: self.webhooks.clone(),
             tokens,
             log_level: self.log.level.clone(),
             auto_retry: self.auto_retry.settings(env)?,
+            secrets: std::sync::Arc::new(secrets),
         })
     }
 }

@@ -10,6 +10,7 @@ pub mod executor;
 pub mod limits;
 pub mod metrics;
 pub mod pipeline;
+pub mod secrets;
 pub mod service;
 pub mod store;
 pub mod text;

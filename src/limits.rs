@@ -21,6 +21,26 @@ pub const ARGV_TOTAL_MAX_BYTES: usize = 64 * 1024;
 pub const ENV_MAX_VARS: usize = 100;
 pub const ENV_NAME_MAX_BYTES: usize = 128;
 pub const ENV_VALUE_MAX_BYTES: usize = 4096;
+
+/// A secret's name (`env: {VAR: {secret: NAME}}`, a file name under the secrets dir, a
+/// Kubernetes Secret's name).
+pub const SECRET_NAME_MAX_BYTES: usize = 63;
+/// A secret's value (its file, less one trailing newline).
+pub const SECRET_VALUE_MAX_BYTES: usize = 64 * 1024;
+/// Secrets in the secrets dir.
+pub const SECRETS_MAX: usize = 1024;
+
+/// `[a-z0-9]([a-z0-9.-]*[a-z0-9])?`, at most [`SECRET_NAME_MAX_BYTES`]: a file name and a
+/// Kubernetes Secret name alike.
+pub fn is_secret_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    let edge = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    !bytes.is_empty()
+        && bytes.len() <= SECRET_NAME_MAX_BYTES
+        && bytes.first().is_some_and(edge)
+        && bytes.last().is_some_and(edge)
+        && bytes.iter().all(|b| edge(b) || *b == b'-' || *b == b'.')
+}
 pub const ENV_TOTAL_MAX_BYTES: usize = 64 * 1024;
 pub const WORKDIR_MAX_BYTES: usize = 4096;
 /// A Kubernetes step's image reference.

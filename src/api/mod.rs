@@ -294,6 +294,15 @@ async fn submit(
         .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "body is not UTF-8"))?;
     let format = body_format(&headers, &body);
     let outcome = pipeline::parse(text, format).map_err(|errors| ApiError::invalid(&errors))?;
+    let missing = state
+        .service
+        .settings
+        .live()
+        .secrets
+        .check(&outcome.pipeline);
+    if !missing.is_empty() {
+        return Err(ApiError::invalid(&missing));
+    }
     let source = PipelineSource {
         format: match format {
             Format::Yaml => SourceFormat::Yaml,
@@ -1072,7 +1081,12 @@ async fn put_outputs(
                 format!("outputs exceed {OUTPUT_BODY_MAX_BYTES} bytes"),
             )
         })?;
-    let outputs = parse_outputs(&body)?;
+    // A secret's value never reaches the store, even when a step reports it back.
+    let secrets = state.service.settings.live().secrets.clone();
+    let outputs = parse_outputs(&body)?
+        .into_iter()
+        .map(|(key, value)| (key, secrets.mask(&value)))
+        .collect();
     state
         .service
         .set_outputs(run, index, fence, outputs)

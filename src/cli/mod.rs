@@ -163,6 +163,7 @@ impl EngineArgs {
                     .clone()
                     .or(file.kubernetes.kubeconfig.clone()),
             )
+            .chain(file.secrets.dir.clone())
             .collect();
         settings.kill_grace = self
             .kill_grace
@@ -861,6 +862,13 @@ fn run(file: &Path, state_dir: &Path, settings: Settings) -> anyhow::Result<Exit
     };
     for warning in &outcome.warnings {
         eprintln!("warning: {warning}");
+    }
+    let missing = settings.live().secrets.check(&outcome.pipeline);
+    if !missing.is_empty() {
+        for error in &missing {
+            eprintln!("{}: {error}", file.display());
+        }
+        return Ok(ExitCode::from(2));
     }
     serve::init_logging(LogFormat::Human, None, "warn");
     let runtime = tokio::runtime::Runtime::new()?;

@@ -21,6 +21,7 @@ pub(super) fn local(name: &str, needs: &[usize]) -> Step {
         action: StepAction::Local(LocalCommand {
             argv: vec!["true".into()],
             env: vec![],
+            secrets: vec![],
             workdir: None,
         }),
     }

@@ -62,6 +62,7 @@ fn pipeline_strategy() -> impl Strategy<Value = Pipeline> {
                         action: StepAction::Local(LocalCommand {
                             argv: vec!["true".into()],
                             env: vec![],
+                            secrets: vec![],
                             workdir: None,
                         }),
                     }

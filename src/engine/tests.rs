@@ -18,6 +18,7 @@ fn step(name: &str, needs: &[usize], retry: Option<RetryPolicy>) -> Step {
         action: StepAction::Local(LocalCommand {
             argv: vec!["true".into()],
             env: vec![],
+            secrets: vec![],
             workdir: None,
         }),
     }

@@ -100,10 +100,11 @@ pub struct StepDoc {
     /// Environment variables added to the command's environment, applied in file order.
     /// Names match `[A-Za-z_][A-Za-z0-9_]*` (at most 128 bytes) and must not start with the
     /// reserved prefix `SCARAB_`; values are strings (quote numbers and booleans) of at most
-    /// 4096 bytes with no NUL. At most 100 variables and 64 KiB of names and values in total.
+    /// 4096 bytes with no NUL, or `{secret: NAME}` for a named secret. At most 100
+    /// variables and 64 KiB of names and values in total.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(length(max = limits::ENV_MAX_VARS))]
-    pub env: BTreeMap<String, String>,
+    pub env: BTreeMap<String, EnvValue>,
     /// The working directory of the command: a non-empty path of at most 4096 bytes, no NUL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "String", length(min = 1, max = limits::WORKDIR_MAX_BYTES))]
@@ -248,4 +249,25 @@ pub struct ResourcesDoc {
 /// The JSON Schema (draft 2020-12) of the pipeline file, generated from [`PipelineDoc`].
 pub fn json_schema() -> serde_json::Value {
     schemars::schema_for!(PipelineDoc).to_value()
+}
+
+/// An `env` value: text, or a named secret (docs/security.md).
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(untagged)]
+pub enum EnvValue {
+    Text(#[schemars(length(max = limits::ENV_VALUE_MAX_BYTES))] String),
+    Secret(SecretRef),
+}
+
+/// `{secret: NAME}`: the value of the named secret, given to the step when it starts and
+/// never stored. For a local step, a file of the service's secrets dir; for a Kubernetes
+/// step, key `value` of the Kubernetes Secret of that name in the executor's namespace.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecretRef {
+    #[schemars(
+        length(min = 1, max = limits::SECRET_NAME_MAX_BYTES),
+        regex(pattern = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
+    )]
+    pub secret: String,
 }

@@ -79,6 +79,9 @@ pub struct PodTemplate {
     pub command: Vec<String>,
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// Variables whose value is a Kubernetes Secret of the executor's namespace:
+    /// (variable, Secret name); the container reads key `value` of it.
+    pub secrets: Vec<(String, String)>,
     pub workdir: Option<String>,
     pub resources: Resources,
     pub service_account: Option<String>,
@@ -97,6 +100,9 @@ pub struct LocalCommand {
     /// `argv[0]` is the program; never interpreted by a shell.
     pub argv: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// Variables whose value is a named secret: (variable, secret name). The value is
+    /// looked up only when the step starts, and never stored.
+    pub secrets: Vec<(String, String)>,
     pub workdir: Option<String>,
 }
 

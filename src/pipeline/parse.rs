@@ -989,9 +989,11 @@ fn check_local(fields: &Fields, errors: &mut Errors) -> Option<StepAction> {
         .and_then(|field| check_argv(&field, errors));
     let env = optional(fields.get("env"), |field| check_env(field, errors));
     let workdir = optional(fields.get("workdir"), |field| check_workdir(field, errors));
+    let env = env?.unwrap_or_default();
     Some(StepAction::Local(LocalCommand {
         argv: argv?,
-        env: env?.unwrap_or_default(),
+        env: env.plain,
+        secrets: env.secrets,
         workdir: workdir?,
     }))
 }
@@ -1121,11 +1123,13 @@ fn check_pod(fields: &Fields, defaults: &PodDefaults, errors: &mut Errors) -> Op
         check_dns_subdomain(f, errors)
     });
     let node_selector = optional(fields.get("node_selector"), |f| check_label_map(f, errors));
+    let env = env?.unwrap_or_default();
     Some(StepAction::Kubernetes(Box::new(PodTemplate {
         image: image?,
         command: command?.unwrap_or_default(),
         args: args?.unwrap_or_default(),
-        env: env?.unwrap_or_default(),
+        env: env.plain,
+        secrets: env.secrets,
         workdir: workdir?,
         resources: resources?
             .or_else(|| defaults.resources.clone())
@@ -1547,7 +1551,17 @@ fn check_argv_item(field: &Field, errors: &mut Errors) -> Option<String> {
     None
 }
 
-fn check_env(field: &Field, errors: &mut Errors) -> Option<Vec<(String, String)>> {
+/// A step's `env`: plain values, and variables whose value is a named secret.
+#[derive(Default)]
+struct Env {
+    plain: Vec<(String, String)>,
+    /// (variable, secret name).
+    secrets: Vec<(String, String)>,
+}
+
+const SECRET_FIELDS: &[&str] = &["secret"];
+
+fn check_env(field: &Field, errors: &mut Errors) -> Option<Env> {
     let entries = as_map(field, errors)?;
     let mut valid = true;
     if entries.len() > limits::ENV_MAX_VARS {
@@ -1559,17 +1573,29 @@ fn check_env(field: &Field, errors: &mut Errors) -> Option<Vec<(String, String)>
         );
         valid = false;
     }
-    let mut env = Vec::with_capacity(entries.len());
+    let mut env = Env::default();
     for entry in entries {
         let value = field.key(&entry.key.name, &entry.value);
         let name_ok = check_env_name(&entry.key, &value.path, errors);
+        if matches!(value.node.value, Value::Map(_)) {
+            let secret = as_fields(&value, SECRET_FIELDS, errors)
+                .and_then(|fields| fields.required("secret", errors))
+                .and_then(|field| check_secret_name(&field, errors));
+            match (name_ok, secret) {
+                (true, Some(secret)) => env.secrets.push((entry.key.name.clone(), secret)),
+                _ => valid = false,
+            }
+            continue;
+        }
         match (name_ok, check_env_value(&value, errors)) {
-            (true, Some(text)) => env.push((entry.key.name.clone(), text)),
+            (true, Some(text)) => env.plain.push((entry.key.name.clone(), text)),
             _ => valid = false,
         }
     }
     let total: usize = env
+        .plain
         .iter()
+        .chain(&env.secrets)
         .map(|(name, value)| name.len() + value.len())
         .sum();
     if total > limits::ENV_TOTAL_MAX_BYTES {
@@ -1605,6 +1631,24 @@ fn check_env_name(key: &Key, path: &str, errors: &mut Errors) -> bool {
     };
     errors.push(path.to_owned(), key.line, problem);
     false
+}
+
+/// A secret's name: what its file under the secrets dir (local steps) or its Kubernetes
+/// Secret (Pod steps) is called. Whether it exists is checked at submit, by the service
+/// that has the secrets.
+fn check_secret_name(field: &Field, errors: &mut Errors) -> Option<String> {
+    let name = as_str(field, errors)?;
+    if crate::limits::is_secret_name(name) {
+        return Some(name.to_owned());
+    }
+    errors.at(
+        field,
+        format!(
+            "must be a secret name: lowercase letters, digits, '-' and '.', starting and ending with a letter or digit, at most {} bytes",
+            crate::limits::SECRET_NAME_MAX_BYTES
+        ),
+    );
+    None
 }
 
 fn check_env_value(field: &Field, errors: &mut Errors) -> Option<String> {
@@ -2295,6 +2339,31 @@ steps:
             "steps[0].workdir",
             5,
             "NUL",
+        );
+    }
+
+    #[test]
+    fn a_secret_reference_is_kept_apart_from_plain_values() {
+        let pipeline = parse_yaml(&one_step(
+            "    env:\n      PLAIN: text\n      API_KEY: {secret: registry-key}\n",
+        ));
+        let command = command(&pipeline.steps[0]);
+        assert_eq!(command.env, vec![("PLAIN".to_string(), "text".to_string())]);
+        assert_eq!(
+            command.secrets,
+            vec![("API_KEY".to_string(), "registry-key".to_string())]
+        );
+        assert_error(
+            &one_step("    env:\n      API_KEY: {secret: Bad_Name}\n"),
+            "steps[0].env.API_KEY.secret",
+            6,
+            "must be a secret name",
+        );
+        assert_error(
+            &one_step("    env:\n      API_KEY: {secret: k, key: x}\n"),
+            "steps[0].env.API_KEY.key",
+            6,
+            "unknown",
         );
     }
 

@@ -250,6 +250,7 @@ pub async fn start(
         kill_grace: settings.kill_grace,
         env_passthrough: settings.step_env_passthrough.clone(),
         protected: settings.step_protected.clone(),
+        live: settings.live.clone(),
     };
     let isolation = crate::executor::local::confine::Isolation::of_kernel();
     match isolation {

@@ -1,7 +1,7 @@
 //! The one place records are encoded and decoded.
 //!
 //! A stored value is a format byte followed by the bincode 2 encoding (standard
-//! configuration) of that format's record type (`records::v2`, …). The engine's and the
+//! configuration) of that format's record type (`records::v2`, `records::v3`, …). The engine's and the
 //! store's own types never touch bytes: each stored kind implements [`Record`], which
 //! converts to the current format's record to write and from any format this build
 //! reads. Every format a released build wrote stays in [`READABLE_FORMATS`] forever.
@@ -14,10 +14,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 /// The format this build writes.
-pub const FORMAT_VERSION: u8 = 2;
+pub const FORMAT_VERSION: u8 = 3;
 
 /// Every format this build decodes: each one a released build wrote. Only ever grows.
-pub const READABLE_FORMATS: &[u8] = &[2];
+pub const READABLE_FORMATS: &[u8] = &[2, 3];
 
 #[derive(Debug, thiserror::Error)]
 pub enum CodecError {

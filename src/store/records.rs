@@ -1,9 +1,10 @@
 //! What the store holds, as the rest of Scarab sees it: pipelines as submitted, outbox
 //! messages, history events, timer keys, and [`Record`] for each stored kind, engine
 //! state included. These types carry no serde: the bytes on disk are the versioned
-//! record types of `v2` (and of each later format), converted here.
+//! record types of `v2` and `v3` (and of each later format), converted here.
 
 pub mod v2;
+pub mod v3;
 
 use crate::engine::{self, Fence, KillReason, RunId, Timestamp};
 use crate::store::codec::{self, CodecError, Record};
@@ -40,6 +41,8 @@ pub enum LaunchAction {
     Local {
         argv: Vec<String>,
         env: Vec<(String, String)>,
+        /// (variable, secret name): resolved only when the step starts, never stored.
+        secrets: Vec<(String, String)>,
         workdir: Option<String>,
     },
     Kubernetes(Box<PodRecord>),
@@ -61,6 +64,8 @@ pub struct PodRecord {
     pub command: Vec<String>,
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// (variable, Kubernetes Secret name).
+    pub secrets: Vec<(String, String)>,
     pub workdir: Option<String>,
     pub requests: Vec<(String, String)>,
     pub limits: Vec<(String, String)>,
@@ -94,6 +99,7 @@ impl LaunchAction {
             crate::pipeline::StepAction::Local(command) => LaunchAction::Local {
                 argv: command.argv.clone(),
                 env: command.env.clone(),
+                secrets: command.secrets.clone(),
                 workdir: command.workdir.clone(),
             },
             crate::pipeline::StepAction::Kubernetes(pod) => {
@@ -102,6 +108,7 @@ impl LaunchAction {
                     command: pod.command.clone(),
                     args: pod.args.clone(),
                     env: pod.env.clone(),
+                    secrets: pod.secrets.clone(),
                     workdir: pod.workdir.clone(),
                     requests: pod.resources.requests.clone(),
                     limits: pod.resources.limits.clone(),
@@ -269,7 +276,7 @@ pub struct StoredRun {
 /// Implements [`Record`] for a stored kind: `to` makes the current format's record from a
 /// value, and each `format => from` reads one format's record back.
 macro_rules! record {
-    ($ty:ty, $name:literal, to: $to:expr, $($version:literal => $from:expr),+ $(,)?) => {
+    ($ty:ty, $name:literal, to: $to:expr, $($($version:literal)|+ => $from:expr),+ $(,)?) => {
         impl Record for $ty {
             const NAME: &'static str = $name;
             fn encode_current(&self, out: &mut Vec<u8>) -> Result<(), CodecError> {
@@ -277,7 +284,7 @@ macro_rules! record {
             }
             fn decode_format(version: u8, body: &[u8]) -> Result<Self, CodecError> {
                 match version {
-                    $($version => ($from)(codec::from_bincode(Self::NAME, version, body)?)
+                    $($($version)|+ => ($from)(codec::from_bincode(Self::NAME, version, body)?)
                         .map_err(|e: v2::Implausible| CodecError::Implausible {
                             record: Self::NAME,
                             problem: e.to_string(),
@@ -290,23 +297,25 @@ macro_rules! record {
 }
 
 record!(engine::RunHeader, "run",
-    to: v2::RunHeader::from,
-    2 => |r: v2::RunHeader| engine::RunHeader::try_from(r));
+    to: v3::RunHeader::from,
+    2 | 3 => |r: v2::RunHeader| engine::RunHeader::try_from(r));
 record!(engine::RunStep, "step",
-    to: v2::step_row,
-    2 => v2::step_from_row);
+    to: v3::step_row,
+    2 | 3 => v2::step_from_row);
 record!(engine::Attempt, "attempt",
-    to: v2::Attempt::from,
-    2 => |r: v2::Attempt| engine::Attempt::try_from(r));
+    to: v3::Attempt::from,
+    2 | 3 => |r: v2::Attempt| engine::Attempt::try_from(r));
 record!(PipelineSource, "pipeline",
-    to: v2::PipelineSource::from,
-    2 => |r: v2::PipelineSource| Ok(PipelineSource::from(r)));
+    to: v3::PipelineSource::from,
+    2 | 3 => |r: v2::PipelineSource| Ok(PipelineSource::from(r)));
 record!(OutboxMessage, "outbox_message",
-    to: v2::OutboxMessage::from,
-    2 => |r: v2::OutboxMessage| OutboxMessage::try_from(r));
+    to: v3::OutboxMessage::from,
+    2 => |r: v2::OutboxMessage| OutboxMessage::try_from(r),
+    3 => |r: v3::OutboxMessage| OutboxMessage::try_from(r));
 record!(DeadLetter, "dead_letter",
-    to: v2::DeadLetter::from,
-    2 => |r: v2::DeadLetter| DeadLetter::try_from(r));
+    to: v3::DeadLetter::from,
+    2 => |r: v2::DeadLetter| DeadLetter::try_from(r),
+    3 => |r: v3::DeadLetter| DeadLetter::try_from(r));
 record!(HistoryRecord, "history",
-    to: v2::HistoryRecord::from,
-    2 => |r: v2::HistoryRecord| Ok(HistoryRecord::from(r)));
+    to: v3::HistoryRecord::from,
+    2 | 3 => |r: v2::HistoryRecord| Ok(HistoryRecord::from(r)));

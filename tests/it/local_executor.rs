@@ -28,6 +28,7 @@ fn order(fence: u64, out: &Path) -> LaunchRecord {
                 format!("echo $SCARAB_FENCE >> {}", out.display()),
             ],
             env: vec![],
+            secrets: vec![],
             workdir: None,
         },
         timeout_ms: 60_000,

@@ -21,6 +21,7 @@ mod openapi;
 mod outputs;
 mod retry_matrix;
 mod schema;
+mod secrets;
 mod torture;
 mod upgrade;
 mod webhooks;

@@ -61,6 +61,20 @@ pub fn build(order: &LaunchRecord, template: &PodRecord) -> Pod {
         env_var("SCARAB_FENCE", &order.fence.0.to_string()),
     ];
     env.extend(template.env.iter().map(|(k, v)| env_var(k, v)));
+    // A named secret is a Kubernetes Secret of the namespace: the kubelet puts its `value`
+    // into the container; Scarab never sees it.
+    env.extend(template.secrets.iter().map(|(variable, secret)| EnvVar {
+        name: variable.clone(),
+        value_from: Some(k8s_openapi::api::core::v1::EnvVarSource {
+            secret_key_ref: Some(k8s_openapi::api::core::v1::SecretKeySelector {
+                name: secret.clone(),
+                key: SECRET_KEY.to_string(),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }));
     let quantities = |pairs: &[(String, String)]| {
         (!pairs.is_empty()).then(|| {
             pairs
@@ -104,6 +118,9 @@ pub fn build(order: &LaunchRecord, template: &PodRecord) -> Pod {
     }
 }
 
+/// The key of a Kubernetes Secret that `env: {VAR: {secret: NAME}}` reads.
+pub const SECRET_KEY: &str = "value";
+
 fn env_var(name: &str, value: &str) -> EnvVar {
     EnvVar {
         name: name.to_string(),
@@ -131,6 +148,7 @@ mod tests {
             command: vec![],
             args: vec!["x".into()],
             env: vec![("A".into(), "1".into())],
+            secrets: vec![("TOKEN".into(), "registry-key".into())],
             workdir: None,
             requests: vec![("cpu".into(), "100m".into())],
             limits: vec![],
@@ -155,6 +173,21 @@ mod tests {
         assert!(
             env.iter()
                 .any(|e| e.name == "SCARAB_FENCE" && e.value.as_deref() == Some("41"))
+        );
+        // A named secret is a reference the kubelet resolves, never a value.
+        let token = env
+            .iter()
+            .find(|e| e.name == "TOKEN")
+            .expect("secret variable");
+        assert_eq!(token.value, None);
+        let reference = token
+            .value_from
+            .as_ref()
+            .and_then(|v| v.secret_key_ref.as_ref())
+            .expect("secretKeyRef");
+        assert_eq!(
+            (reference.name.as_str(), reference.key.as_str()),
+            ("registry-key", "value")
         );
         assert!(
             spec.containers[0].command.is_none(),

@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Fence, KillReason, Verdict};
-use crate::store::records::{LaunchAction, LaunchRecord, v2};
+use crate::store::records::{LaunchAction, LaunchRecord, v3};
 
 pub const SPEC: &str = "spec.json";
 pub const LOCK: &str = "lock";
@@ -36,19 +36,20 @@ pub struct Spec {
 
 // The attempt files are read by other builds than the one that wrote them (a supervisor
 // started before an upgrade reports to the service after it), so their JSON is that of
-// the frozen format-2 record types, never of the engine's.
+// the frozen record types, never of the engine's: format 3's, whose launch reads a
+// format-2 `spec.json` too (its one new field, `secrets`, defaults to none).
 
 /// `spec.json`.
 #[derive(Serialize, Deserialize)]
 struct SpecFile {
-    launch: v2::LaunchRecord,
+    launch: v3::LaunchRecord,
     kill_grace_ms: u64,
 }
 
 /// `kill.json`.
 #[derive(Serialize, Deserialize)]
 struct KillFile {
-    reason: v2::KillReason,
+    reason: v3::KillReason,
 }
 
 pub fn write_spec(dir: &Path, spec: &Spec) -> io::Result<()> {
@@ -85,17 +86,19 @@ pub fn read_kill(dir: &Path) -> io::Result<Option<KillReason>> {
 }
 
 pub fn write_verdict(dir: &Path, verdict: &Verdict) -> io::Result<()> {
-    write_json(dir, VERDICT, &v2::Verdict::from(verdict), false)
+    write_json(dir, VERDICT, &v3::Verdict::from(verdict), false)
 }
 
 pub fn read_verdict(dir: &Path) -> io::Result<Option<Verdict>> {
-    Ok(read_json::<v2::Verdict>(dir, VERDICT)?.map(Verdict::from))
+    Ok(read_json::<v3::Verdict>(dir, VERDICT)?.map(Verdict::from))
 }
 
 /// The local command of a spec.
 pub struct LocalCommand<'a> {
     pub argv: &'a [String],
     pub env: &'a [(String, String)],
+    /// (variable, secret name).
+    pub secrets: &'a [(String, String)],
     pub workdir: Option<&'a str>,
 }
 
@@ -103,9 +106,15 @@ impl Spec {
     /// `None` for a spec of another executor's step (never written by this one).
     pub fn local(&self) -> Option<LocalCommand<'_>> {
         match &self.launch.action {
-            LaunchAction::Local { argv, env, workdir } => Some(LocalCommand {
+            LaunchAction::Local {
                 argv,
                 env,
+                secrets,
+                workdir,
+            } => Some(LocalCommand {
+                argv,
+                env,
+                secrets,
                 workdir: workdir.as_deref(),
             }),
             LaunchAction::Kubernetes(_) => None,

@@ -37,8 +37,13 @@ struct Inner {
     /// Fences with a watcher task, so a redelivered launch never watches twice.
     watching: Mutex<HashSet<Fence>>,
     /// Supervisors waiting for the store to record their launch (their stdin).
-    awaiting_go: Mutex<HashMap<Fence, tokio::process::ChildStdin>>,
+    /// With the secrets (variable, secret name) their step references, resolved only
+    /// when the go is sent.
+    awaiting_go: Mutex<HashMap<Fence, AwaitingGo>>,
 }
+
+/// A supervisor's stdin, and the secrets (variable, secret name) its step references.
+type AwaitingGo = (tokio::process::ChildStdin, Vec<(String, String)>);
 
 /// What an attempt directory says about its attempt.
 enum Probe {
@@ -62,6 +67,8 @@ pub struct StepSettings {
     /// What steps must not reach besides the state dir (see `confine`): the config file,
     /// the secrets dir, token files.
     pub protected: Vec<PathBuf>,
+    /// Where secret values come from (`Live::secrets`, replaced by SIGHUP).
+    pub live: Arc<arc_swap::ArcSwap<crate::config::Live>>,
 }
 
 impl LocalExecutor {
@@ -157,6 +164,7 @@ impl LocalExecutor {
         step: usize,
         fence: Fence,
         dir: &Path,
+        secrets: Vec<(String, String)>,
     ) -> Result<(), ExecutorError> {
         let mut command = tokio::process::Command::new(&self.inner.supervisor_exe);
         command
@@ -193,7 +201,7 @@ impl LocalExecutor {
         if let Some(stdin) = child.stdin.take()
             && let Ok(mut awaiting) = self.inner.awaiting_go.lock()
         {
-            awaiting.insert(fence, stdin);
+            awaiting.insert(fence, (stdin, secrets));
         }
         if !self.start_watching(fence) {
             return Ok(());
@@ -220,7 +228,11 @@ impl LocalExecutor {
                 self.report(run, step, fence, verdict).await;
                 return;
             }
-            if let Err(error) = self.spawn_supervisor(run, step, fence, &dir).await {
+            let secrets = match files::read_spec(&dir) {
+                Ok(Some(spec)) => spec.local().map(|l| l.secrets.to_vec()).unwrap_or_default(),
+                _ => Vec::new(),
+            };
+            if let Err(error) = self.spawn_supervisor(run, step, fence, &dir, secrets).await {
                 tracing::error!(%fence, %error, "restarting an aborted launch failed");
             }
             self.launch_recorded(fence);
@@ -355,7 +367,8 @@ impl Executor for LocalExecutor {
                 .unwrap_or(u64::MAX),
         };
         files::write_spec(&dir, &spec).map_err(io_error)?;
-        self.spawn_supervisor(order.run, step, order.fence, &dir)
+        let secrets = spec.local().map(|l| l.secrets.to_vec()).unwrap_or_default();
+        self.spawn_supervisor(order.run, step, order.fence, &dir, secrets)
             .await
     }
 
@@ -375,19 +388,23 @@ impl Executor for LocalExecutor {
     }
 
     fn launch_recorded(&self, fence: Fence) {
-        let stdin = self
+        let awaiting = self
             .inner
             .awaiting_go
             .lock()
             .ok()
             .and_then(|mut a| a.remove(&fence));
-        let Some(stdin) = stdin else { return };
+        let Some((stdin, secrets)) = awaiting else {
+            return;
+        };
         let Ok(fd) = stdin.into_owned_fd() else {
             return;
         };
-        // One byte into an empty pipe never blocks; a supervisor that already exited
-        // (it was stopped first) makes this fail harmlessly.
-        let _ = std::io::Write::write_all(&mut std::fs::File::from(fd), &[supervisor::GO]);
+        // The go byte, then the step's secrets as one line: they travel only through this
+        // pipe, never through a file. A few KiB into an empty pipe never blocks; a
+        // supervisor that already exited (it was stopped first) makes this fail harmlessly.
+        let go = supervisor::Go::resolve(&secrets, &self.inner.steps.live.load().secrets);
+        let _ = std::io::Write::write_all(&mut std::fs::File::from(fd), &go.to_bytes());
     }
 
     async fn clean_up(&self, target: Target) -> Result<(), ExecutorError> {

@@ -36,8 +36,9 @@ pub enum SuperviseError {
 enum Event {
     Exited(ExitStatus),
     Signalled,
-    /// The launch handshake's answer: `true` for the go byte, `false` for end of file.
-    Go(bool),
+    /// The launch handshake's answer: the go (with the step's secrets), or `None` for end
+    /// of file.
+    Go(Option<Go>),
 }
 
 /// Runs the attempt in `dir` to its verdict. Returns once `verdict.json` is written (or
@@ -108,8 +109,8 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
     // file. The step starts only once the service has durably recorded the launch as
     // confirmed (below), and the store never relaunches a confirmed attempt.
     files::write_json(dir, files::SUPERVISOR, &me, false)?;
-    match wait_for_go(dir, &events_tx, &events)? {
-        Handshake::Go => {}
+    let go = match wait_for_go(dir, &events_tx, &events)? {
+        Handshake::Go(go) => go,
         Handshake::Stop(reason) => {
             return Ok(Some(never_ran_verdict(
                 stop_outcome(reason),
@@ -122,7 +123,7 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
             std::fs::remove_file(dir.join(files::SUPERVISOR))?;
             return Ok(None);
         }
-    }
+    };
 
     let Some(local) = spec.local().filter(|l| !l.argv.is_empty()) else {
         let reason = "not a local command: this attempt belongs to another executor";
@@ -142,6 +143,27 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
             false,
         )));
     }
+    // Every secret the step references, or it does not start: running it with a variable
+    // missing could do the wrong thing quietly.
+    let given: Vec<&str> = go
+        .env
+        .iter()
+        .map(|(variable, _)| variable.as_str())
+        .collect();
+    if let Some((variable, problem)) = go.missing.first().cloned().or_else(|| {
+        local
+            .secrets
+            .iter()
+            .find(|(variable, _)| !given.contains(&variable.as_str()))
+            .map(|(variable, name)| (variable.clone(), format!("secret {name:?} was not given")))
+    }) {
+        let reason = format!("env.{variable}: {problem}");
+        return Ok(Some(never_ran_verdict(
+            Outcome::Failed(FailureClass::Config),
+            &reason,
+            false,
+        )));
+    }
     // Built before the fork: the child only applies it (see `confine`).
     let confinement = match Confinement::build(&protected_paths(dir)) {
         Ok(confinement) => confinement,
@@ -154,9 +176,9 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
             )));
         }
     };
-    let masker = || Masker::new(std::iter::empty());
+    let masker = || Masker::new(go.env.iter().map(|(_, value)| value.as_bytes()));
     let started_at = now();
-    let spawned = command(spec, &local, confinement).spawn();
+    let spawned = command(spec, &local, &go.env, confinement).spawn();
     let mut child = match spawned {
         Ok(child) => child,
         Err(error) => {
@@ -220,15 +242,12 @@ fn wait_for_go(
 ) -> io::Result<Handshake> {
     let answer = events_tx.clone();
     std::thread::spawn(move || {
-        use std::io::Read;
-        let mut byte = [0u8; 1];
-        let go = matches!(std::io::stdin().read(&mut byte), Ok(1) if byte[0] == GO);
-        let _ = answer.send(Event::Go(go));
+        let _ = answer.send(Event::Go(Go::read(&mut std::io::stdin().lock())));
     });
-    loop {
+    let go = loop {
         match events.recv() {
-            Ok(Event::Go(true)) => break,
-            Ok(Event::Go(false)) | Err(_) => return Ok(Handshake::ServiceGone),
+            Ok(Event::Go(Some(go))) => break go,
+            Ok(Event::Go(None)) | Err(_) => return Ok(Handshake::ServiceGone),
             // A stop request while waiting: the step never starts.
             Ok(Event::Signalled) => {
                 if let Some(reason) = files::read_kill(dir)? {
@@ -237,22 +256,76 @@ fn wait_for_go(
             }
             Ok(Event::Exited(_)) => {}
         }
-    }
+    };
     // A stop written just before the go byte.
     match files::read_kill(dir)? {
         Some(reason) => Ok(Handshake::Stop(reason)),
-        None => Ok(Handshake::Go),
+        None => Ok(Handshake::Go(go)),
     }
 }
 
 enum Handshake {
-    Go,
+    Go(Go),
     Stop(KillReason),
     ServiceGone,
 }
 
 /// The byte the service sends when the launch is durable.
 pub const GO: u8 = b'g';
+
+/// The go of the launch handshake: the go byte, then one line of JSON with the values of
+/// the secrets the step references (and which of them the service could not give). A
+/// go byte alone (end of file after it) is a go without secrets.
+#[derive(Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Go {
+    /// (variable, value).
+    pub env: Vec<(String, String)>,
+    /// (variable, why its secret cannot be given).
+    pub missing: Vec<(String, String)>,
+}
+
+impl Go {
+    /// The most a go line may hold: every variable at the largest secret value.
+    const MAX_BYTES: u64 =
+        (crate::limits::ENV_MAX_VARS * (crate::limits::SECRET_VALUE_MAX_BYTES * 6 + 256)) as u64;
+
+    /// The values of `secrets` (variable, secret name) as the service has them now.
+    pub fn resolve(secrets: &[(String, String)], from: &crate::secrets::Secrets) -> Go {
+        let mut go = Go::default();
+        for (variable, name) in secrets {
+            match from.get(name) {
+                Ok(value) => go.env.push((variable.clone(), value.to_owned())),
+                Err(problem) => go.missing.push((variable.clone(), problem.to_string())),
+            }
+        }
+        go
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut bytes = vec![GO];
+        if !self.env.is_empty() || !self.missing.is_empty() {
+            // JSON escapes every newline inside strings: the line is the whole message.
+            bytes.extend(serde_json::to_vec(self).unwrap_or_default());
+            bytes.push(b'\n');
+        }
+        bytes
+    }
+
+    /// Reads a go; `None` at end of file before the go byte, or for anything else.
+    fn read(input: &mut impl io::BufRead) -> Option<Go> {
+        use std::io::{BufRead, Read};
+        let mut byte = [0u8; 1];
+        if !matches!(input.read(&mut byte), Ok(1) if byte[0] == GO) {
+            return None;
+        }
+        let mut line = Vec::new();
+        match input.take(Self::MAX_BYTES).read_until(b'\n', &mut line) {
+            Ok(0) => Some(Go::default()),
+            Ok(_) => serde_json::from_slice(line.trim_ascii_end()).ok(),
+            Err(_) => None,
+        }
+    }
+}
 
 /// How long the supervisor waits, once the step's group is gone, for the last of its
 /// output to reach the log.
@@ -272,7 +345,12 @@ fn protected_paths(dir: &Path) -> Vec<std::path::PathBuf> {
     paths
 }
 
-fn command(spec: &Spec, local: &files::LocalCommand, confinement: Confinement) -> Command {
+fn command(
+    spec: &Spec,
+    local: &files::LocalCommand,
+    secrets: &[(String, String)],
+    confinement: Confinement,
+) -> Command {
     let mut command = Command::new(&local.argv[0]);
     command
         .args(&local.argv[1..])
@@ -286,6 +364,7 @@ fn command(spec: &Spec, local: &files::LocalCommand, confinement: Confinement) -
         .env("SCARAB_ATTEMPT", spec.launch.attempt.to_string())
         .env("SCARAB_FENCE", spec.launch.fence.0.to_string())
         .envs(local.env.iter().map(|(k, v)| (k, v)))
+        .envs(secrets.iter().map(|(k, v)| (k, v)))
         .env_remove(crate::service::STEP_UMASK_VAR)
         .env_remove(super::confine::PROTECT_VAR)
         // Its own process group, so the whole step can be stopped at once.

@@ -23,7 +23,7 @@ pub struct Implausible {
     pub problem: String,
 }
 
-fn implausible(
+pub(super) fn implausible(
     record: &'static str,
     field: &'static str,
     problem: impl Into<String>,
@@ -35,14 +35,14 @@ fn implausible(
     }
 }
 
-fn fence(record: &'static str, value: u64) -> Result<engine::Fence, Implausible> {
+pub(super) fn fence(record: &'static str, value: u64) -> Result<engine::Fence, Implausible> {
     if value == 0 {
         return Err(implausible(record, "fence", "fence 0 is never minted"));
     }
     Ok(engine::Fence(value))
 }
 
-fn at(ms: u64) -> engine::Timestamp {
+pub(super) fn at(ms: u64) -> engine::Timestamp {
     engine::Timestamp(ms)
 }
 
@@ -614,40 +614,6 @@ impl From<ExecutorKind> for domain::ExecutorKind {
     }
 }
 
-impl From<&domain::LaunchRecord> for LaunchRecord {
-    fn from(launch: &domain::LaunchRecord) -> Self {
-        LaunchRecord {
-            run: launch.run.0,
-            step: launch.step,
-            step_name: launch.step_name.clone(),
-            attempt: launch.attempt,
-            fence: launch.fence.0,
-            timeout_ms: launch.timeout_ms,
-            action: match &launch.action {
-                domain::LaunchAction::Local { argv, env, workdir } => LaunchAction::Local {
-                    argv: argv.clone(),
-                    env: env.clone(),
-                    workdir: workdir.clone(),
-                },
-                domain::LaunchAction::Kubernetes(pod) => {
-                    let pod = &**pod;
-                    LaunchAction::Kubernetes(Box::new(PodRecord {
-                        image: pod.image.clone(),
-                        command: pod.command.clone(),
-                        args: pod.args.clone(),
-                        env: pod.env.clone(),
-                        workdir: pod.workdir.clone(),
-                        requests: pod.requests.clone(),
-                        limits: pod.limits.clone(),
-                        service_account: pod.service_account.clone(),
-                        node_selector: pod.node_selector.clone(),
-                    }))
-                }
-            },
-        }
-    }
-}
-
 impl TryFrom<LaunchRecord> for domain::LaunchRecord {
     type Error = Implausible;
     fn try_from(launch: LaunchRecord) -> Result<Self, Implausible> {
@@ -666,9 +632,12 @@ impl TryFrom<LaunchRecord> for domain::LaunchRecord {
             fence: fence("launch", launch.fence)?,
             timeout_ms: launch.timeout_ms,
             action: match launch.action {
-                LaunchAction::Local { argv, env, workdir } => {
-                    domain::LaunchAction::Local { argv, env, workdir }
-                }
+                LaunchAction::Local { argv, env, workdir } => domain::LaunchAction::Local {
+                    argv,
+                    env,
+                    secrets: Vec::new(),
+                    workdir,
+                },
                 LaunchAction::Kubernetes(pod) => {
                     let pod = *pod;
                     domain::LaunchAction::Kubernetes(Box::new(domain::PodRecord {
@@ -676,6 +645,7 @@ impl TryFrom<LaunchRecord> for domain::LaunchRecord {
                         command: pod.command,
                         args: pod.args,
                         env: pod.env,
+                        secrets: Vec::new(),
                         workdir: pod.workdir,
                         requests: pod.requests,
                         limits: pod.limits,
@@ -739,58 +709,6 @@ pub enum DeadLetterCategory {
     OutboxPoison,
 }
 
-impl From<&domain::OutboxMessage> for OutboxMessage {
-    fn from(message: &domain::OutboxMessage) -> Self {
-        let payload = match &message.payload {
-            domain::OutboxPayload::Launch(launch) => OutboxPayload::Launch(launch.into()),
-            domain::OutboxPayload::Kill {
-                run,
-                step,
-                fence,
-                reason,
-                executor,
-            } => OutboxPayload::Kill {
-                run: run.0,
-                step: *step,
-                fence: fence.0,
-                reason: (*reason).into(),
-                executor: (*executor).into(),
-            },
-            domain::OutboxPayload::Webhook {
-                run,
-                url,
-                event_id,
-                body,
-                alert,
-            } => OutboxPayload::Webhook {
-                run: run.0,
-                url: url.clone(),
-                event_id: event_id.clone(),
-                body: body.clone(),
-                alert: *alert,
-            },
-            domain::OutboxPayload::CleanUp {
-                run,
-                fence,
-                executor,
-            } => OutboxPayload::CleanUp {
-                run: run.0,
-                fence: fence.0,
-                executor: (*executor).into(),
-            },
-        };
-        OutboxMessage {
-            id: message.id,
-            payload,
-            created_at: message.created_at.0,
-            next_at: message.next_at.0,
-            delivery_attempts: message.delivery_attempts,
-            max_deliveries: message.max_deliveries,
-            last_error: message.last_error.clone(),
-        }
-    }
-}
-
 impl TryFrom<OutboxMessage> for domain::OutboxMessage {
     type Error = Implausible;
     fn try_from(message: OutboxMessage) -> Result<Self, Implausible> {
@@ -841,21 +759,6 @@ impl TryFrom<OutboxMessage> for domain::OutboxMessage {
             max_deliveries: message.max_deliveries,
             last_error: message.last_error,
         })
-    }
-}
-
-impl From<&domain::DeadLetter> for DeadLetter {
-    fn from(letter: &domain::DeadLetter) -> Self {
-        DeadLetter {
-            message: (&letter.message).into(),
-            dead_at: letter.dead_at.0,
-            category: match letter.category {
-                domain::DeadLetterCategory::ExecutorUnavailable => {
-                    DeadLetterCategory::ExecutorUnavailable
-                }
-                domain::DeadLetterCategory::OutboxPoison => DeadLetterCategory::OutboxPoison,
-            },
-        }
     }
 }
 
