@@ -63,7 +63,9 @@ pub async fn serve(listener: TcpListener, router: Router, stop: impl Future<Outp
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(limits::HTTP_HEADER_READ_TIMEOUT)
-            .max_buf_size(limits::HTTP_HEADER_MAX_BYTES.max(8192))
+            // Twice the limit: requests between the two get the API's JSON 431
+            // (`header_limit`); only larger ones get hyper's bare one.
+            .max_buf_size(2 * limits::HTTP_HEADER_MAX_BYTES.max(8192))
             .keep_alive(true)
             .serve_connection(
                 TokioIo::new(stream),

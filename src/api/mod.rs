@@ -63,12 +63,38 @@ pub fn router(state: ApiState) -> Router {
         .layer(DefaultBodyLimit::max(limits::API_BODY_MAX_BYTES))
         .layer(middleware::from_fn(request_deadline))
         .layer(middleware::from_fn(json_errors))
+        .layer(middleware::from_fn(header_limit))
         .with_state(state)
 }
 
 /// Every refusal is JSON: what axum's extractors and the router answer on their own (a
 /// path that does not decode, a method not allowed, a body of the wrong type) is wrapped
 /// as `{"error": …}`, with `"field": "path"` for a path that cannot be parsed.
+/// Request headers over `limits::HTTP_HEADER_MAX_BYTES` are refused with a JSON 431
+/// naming `headers`. The connection reads up to twice that (`listen`), so this answer,
+/// not hyper's bare one, is what an oversized request gets unless it is larger still.
+async fn header_limit(request: Request, next: Next) -> Response {
+    let size: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum::<usize>()
+        + request.uri().to_string().len();
+    if size > limits::HTTP_HEADER_MAX_BYTES {
+        let message = format!(
+            "request headers exceed {} bytes",
+            limits::HTTP_HEADER_MAX_BYTES
+        );
+        return ApiError::field(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "headers",
+            message,
+        )
+        .into_response();
+    }
+    next.run(request).await
+}
+
 async fn json_errors(request: Request, next: Next) -> Response {
     let response = next.run(request).await;
     let status = response.status();

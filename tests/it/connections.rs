@@ -69,3 +69,28 @@ fn idle_connections_starve_neither_health_checks_nor_steps() {
     let (status, _) = server.get("/healthz");
     assert_eq!(status, 200);
 }
+
+/// Oversized request headers get a JSON 431 naming `headers`, like every other refusal.
+#[test]
+fn oversized_headers_are_refused_as_json_naming_the_field() {
+    use std::io::Write;
+    let dir = common::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("state"));
+    let address = server.url.trim_start_matches("http://").to_string();
+    let mut stream = TcpStream::connect(&address).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let filler = "a".repeat(70 * 1024);
+    write!(
+        stream,
+        "GET /v1/runs HTTP/1.1\r\nHost: x\r\nX-Filler: {filler}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("answer");
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    let body = answer.split("\r\n\r\n").nth(1).expect("body");
+    let json: serde_json::Value = serde_json::from_str(body).expect("a JSON body");
+    assert_eq!(json["field"], "headers", "{json}");
+}
