@@ -220,6 +220,9 @@ pub struct Live {
     pub auto_retry: crate::engine::AutoRetrySettings,
     /// The named secrets, as last loaded from `[secrets] dir`.
     pub secrets: std::sync::Arc<crate::secrets::Secrets>,
+    /// What of this configuration local steps must not reach: the token files and the
+    /// secrets dir.
+    pub step_protected: Vec<PathBuf>,
 }
 
 impl ConfigFile {
@@ -241,6 +244,12 @@ impl ConfigFile {
             log_level: self.log.level.clone(),
             auto_retry: self.auto_retry.settings(env)?,
             secrets: std::sync::Arc::new(secrets),
+            step_protected: self
+                .tokens
+                .iter()
+                .filter_map(|t| t.file.clone())
+                .chain(self.secrets.dir.clone())
+                .collect(),
         })
     }
 }

@@ -67,9 +67,6 @@ pub fn router(state: ApiState) -> Router {
         .with_state(state)
 }
 
-/// Every refusal is JSON: what axum's extractors and the router answer on their own (a
-/// path that does not decode, a method not allowed, a body of the wrong type) is wrapped
-/// as `{"error": …}`, with `"field": "path"` for a path that cannot be parsed.
 /// Request headers over `limits::HTTP_HEADER_MAX_BYTES` are refused with a JSON 431
 /// naming `headers`. The connection reads up to twice that (`listen`), so this answer,
 /// not hyper's bare one, is what an oversized request gets unless it is larger still.
@@ -95,6 +92,9 @@ async fn header_limit(request: Request, next: Next) -> Response {
     next.run(request).await
 }
 
+/// Every refusal is JSON: what axum's extractors and the router answer on their own (a
+/// path that does not decode, a method not allowed, a body of the wrong type) is wrapped
+/// as `{"error": …}`, with `"field": "path"` for a path that cannot be parsed.
 async fn json_errors(request: Request, next: Next) -> Response {
     let response = next.run(request).await;
     let status = response.status();

@@ -152,18 +152,18 @@ impl EngineArgs {
             .or(engine.infra_retries)
             .unwrap_or(defaults.engine.infra_retries);
         settings.step_env_passthrough = engine.step_env_passthrough.clone().unwrap_or_default();
-        // Besides the state dir, steps never reach the files that hold Scarab's authority.
+        // Besides the state dir, steps never reach the files that hold Scarab's authority
+        // (the token files and the secrets dir, which a reload may change, come from
+        // `Live::step_protected`).
         settings.step_protected = self
             .config
             .iter()
             .cloned()
-            .chain(file.tokens.iter().filter_map(|t| t.file.clone()))
             .chain(
                 self.kubeconfig
                     .clone()
                     .or(file.kubernetes.kubeconfig.clone()),
             )
-            .chain(file.secrets.dir.clone())
             .collect();
         settings.kill_grace = self
             .kill_grace

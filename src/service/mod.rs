@@ -45,8 +45,8 @@ pub struct Settings {
     pub kill_grace: Duration,
     /// Variables of the service's environment that local steps also see.
     pub step_env_passthrough: Vec<String>,
-    /// What local steps must not reach besides the state dir (the config file, the
-    /// secrets dir, token files).
+    /// What local steps must not reach besides the state dir and what `live` names: the
+    /// config file and the kubeconfig.
     pub step_protected: Vec<PathBuf>,
     /// Delivery attempts per outbox message (dead-lettering on exhaustion comes with the
     /// dead-letter queue; until then a message keeps retrying at the capped backoff).

@@ -82,6 +82,8 @@ pub enum ConfineError {
     },
     #[error("the root directory cannot be protected from steps")]
     Root,
+    #[error("the list of protected paths does not decode: {0}")]
+    List(String),
     #[error("landlock: {0}")]
     Landlock(#[from] landlock::RulesetError),
 }
@@ -195,5 +197,43 @@ fn open_beside(path: &Path) -> Option<(OwnedFd, bool)> {
 }
 
 /// The variable through which a supervisor learns what else to protect besides its state
-/// dir (a JSON array of paths). Never passed on to the step.
+/// dir. Never passed on to the step.
 pub const PROTECT_VAR: &str = "SCARAB_SUPERVISOR_PROTECT";
+
+/// `PROTECT_VAR`'s value: a JSON array of each path's bytes, so that any path (UTF-8 or
+/// not) can be passed and none is ever dropped.
+pub fn encode_protected(paths: &[PathBuf]) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes: Vec<&[u8]> = paths.iter().map(|p| p.as_os_str().as_bytes()).collect();
+    serde_json::to_string(&bytes).unwrap_or_else(|_| unreachable!("byte arrays always encode"))
+}
+
+/// Reads `PROTECT_VAR` back. A value that does not decode is an error, never "nothing more
+/// to protect".
+pub fn decode_protected(value: &str) -> Result<Vec<PathBuf>, ConfineError> {
+    use std::os::unix::ffi::OsStringExt;
+    let bytes: Vec<Vec<u8>> =
+        serde_json::from_str(value).map_err(|e| ConfineError::List(e.to_string()))?;
+    Ok(bytes
+        .into_iter()
+        .map(|b| PathBuf::from(std::ffi::OsString::from_vec(b)))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_path_passes_to_the_supervisor_and_garbage_is_an_error() {
+        use std::os::unix::ffi::OsStringExt;
+        let odd = PathBuf::from(std::ffi::OsString::from_vec(b"/etc/sc\xffarab\nx".to_vec()));
+        let paths = vec![PathBuf::from("/etc/scarab/scarab.toml"), odd];
+        let decoded = decode_protected(&encode_protected(&paths)).expect("decodes");
+        assert_eq!(decoded, paths);
+        assert!(matches!(
+            decode_protected("/etc/scarab"),
+            Err(ConfineError::List(_))
+        ));
+    }
+}

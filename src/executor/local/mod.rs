@@ -64,8 +64,9 @@ pub struct StepSettings {
     pub kill_grace: Duration,
     /// What of the service's environment steps see (`step_environment`).
     pub env_passthrough: Vec<String>,
-    /// What steps must not reach besides the state dir (see `confine`): the config file,
-    /// the secrets dir, token files.
+    /// What steps must not reach besides the state dir (see `confine`) that no reload
+    /// changes: the config file, the kubeconfig. (The token files and the secrets dir come
+    /// from `live`.)
     pub protected: Vec<PathBuf>,
     /// Where secret values come from (`Live::secrets`, replaced by SIGHUP).
     pub live: Arc<arc_swap::ArcSwap<crate::config::Live>>,
@@ -179,10 +180,7 @@ impl LocalExecutor {
                 crate::service::STEP_UMASK_VAR,
                 format!("{:o}", crate::service::private_files()),
             )
-            .env(
-                confine::PROTECT_VAR,
-                serde_json::to_string(&self.inner.steps.protected).unwrap_or_default(),
-            )
+            .env(confine::PROTECT_VAR, self.protected_paths())
             // The launch handshake (see `supervisor::wait_for_go`).
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -237,6 +235,16 @@ impl LocalExecutor {
             }
             self.launch_recorded(fence);
         })
+    }
+
+    /// What steps must not reach besides the state dir, as `PROTECT_VAR` passes it: the
+    /// fixed paths, and the token files and secrets dir of the configuration as last
+    /// (re)loaded.
+    fn protected_paths(&self) -> String {
+        let live = self.inner.steps.live.load();
+        let mut paths = self.inner.steps.protected.clone();
+        paths.extend(live.step_protected.iter().cloned());
+        confine::encode_protected(&paths)
     }
 
     fn forget_go(&self, fence: Fence) {

@@ -165,7 +165,7 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
         )));
     }
     // Built before the fork: the child only applies it (see `confine`).
-    let confinement = match Confinement::build(&protected_paths(dir)) {
+    let confinement = match protected_paths(dir).and_then(|paths| Confinement::build(&paths)) {
         Ok(confinement) => confinement,
         Err(error) => {
             let reason = format!("cannot confine the step: {error}");
@@ -334,15 +334,15 @@ const OUTPUT_DRAIN: Duration = Duration::from_secs(5);
 /// What the step must not reach: the state dir (the attempt directory's grandparent) and
 /// what the service names besides it (`confine::PROTECT_VAR`: the config file, the secrets
 /// dir, token files).
-fn protected_paths(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut paths: Vec<std::path::PathBuf> = std::env::var(super::confine::PROTECT_VAR)
-        .ok()
-        .and_then(|list| serde_json::from_str(&list).ok())
-        .unwrap_or_default();
+fn protected_paths(dir: &Path) -> Result<Vec<std::path::PathBuf>, super::confine::ConfineError> {
+    let mut paths = match std::env::var(super::confine::PROTECT_VAR) {
+        Ok(list) => super::confine::decode_protected(&list)?,
+        Err(_) => Vec::new(),
+    };
     if let Some(state) = dir.parent().and_then(Path::parent) {
         paths.push(state.to_path_buf());
     }
-    paths
+    Ok(paths)
 }
 
 fn command(

@@ -23,7 +23,7 @@ pub struct Implausible {
     pub problem: String,
 }
 
-pub(super) fn implausible(
+fn implausible(
     record: &'static str,
     field: &'static str,
     problem: impl Into<String>,
@@ -35,14 +35,14 @@ pub(super) fn implausible(
     }
 }
 
-pub(super) fn fence(record: &'static str, value: u64) -> Result<engine::Fence, Implausible> {
+fn fence(record: &'static str, value: u64) -> Result<engine::Fence, Implausible> {
     if value == 0 {
         return Err(implausible(record, "fence", "fence 0 is never minted"));
     }
     Ok(engine::Fence(value))
 }
 
-pub(super) fn at(ms: u64) -> engine::Timestamp {
+fn at(ms: u64) -> engine::Timestamp {
     engine::Timestamp(ms)
 }
 
@@ -555,16 +555,21 @@ impl From<PipelineSource> for domain::PipelineSource {
 
 // ---------------------------------------------------------------------------------------
 // Launches (also the `launch` of an attempt's `spec.json`)
+//
+// A launch, and the outbox message and dead letter that carry one, are generic over what
+// they carry: the parameter changes no byte of the encoding, and lets a later format that
+// changes only the launch's action (format 3) reuse these types and their conversions.
+// The defaults are format 2's own.
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LaunchRecord {
+pub struct LaunchRecord<A = LaunchAction> {
     pub run: u128,
     pub step: u16,
     pub step_name: String,
     pub attempt: u32,
     pub fence: u64,
     pub timeout_ms: u64,
-    pub action: LaunchAction,
+    pub action: A,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -614,9 +619,53 @@ impl From<ExecutorKind> for domain::ExecutorKind {
     }
 }
 
-impl TryFrom<LaunchRecord> for domain::LaunchRecord {
+/// Format 2 had no secrets: a format-2 launch references none. (There is no conversion
+/// the other way: format 2 cannot hold a launch's secrets, so it is never written.)
+impl From<LaunchAction> for domain::LaunchAction {
+    fn from(action: LaunchAction) -> Self {
+        match action {
+            LaunchAction::Local { argv, env, workdir } => domain::LaunchAction::Local {
+                argv,
+                env,
+                secrets: Vec::new(),
+                workdir,
+            },
+            LaunchAction::Kubernetes(pod) => {
+                let pod = *pod;
+                domain::LaunchAction::Kubernetes(Box::new(domain::PodRecord {
+                    image: pod.image,
+                    command: pod.command,
+                    args: pod.args,
+                    env: pod.env,
+                    secrets: Vec::new(),
+                    workdir: pod.workdir,
+                    requests: pod.requests,
+                    limits: pod.limits,
+                    service_account: pod.service_account,
+                    node_selector: pod.node_selector,
+                }))
+            }
+        }
+    }
+}
+
+impl<'a, A: From<&'a domain::LaunchAction>> From<&'a domain::LaunchRecord> for LaunchRecord<A> {
+    fn from(launch: &'a domain::LaunchRecord) -> Self {
+        LaunchRecord {
+            run: launch.run.0,
+            step: launch.step,
+            step_name: launch.step_name.clone(),
+            attempt: launch.attempt,
+            fence: launch.fence.0,
+            timeout_ms: launch.timeout_ms,
+            action: A::from(&launch.action),
+        }
+    }
+}
+
+impl<A: Into<domain::LaunchAction>> TryFrom<LaunchRecord<A>> for domain::LaunchRecord {
     type Error = Implausible;
-    fn try_from(launch: LaunchRecord) -> Result<Self, Implausible> {
+    fn try_from(launch: LaunchRecord<A>) -> Result<Self, Implausible> {
         if launch.attempt == 0 {
             return Err(implausible(
                 "launch",
@@ -631,29 +680,7 @@ impl TryFrom<LaunchRecord> for domain::LaunchRecord {
             attempt: launch.attempt,
             fence: fence("launch", launch.fence)?,
             timeout_ms: launch.timeout_ms,
-            action: match launch.action {
-                LaunchAction::Local { argv, env, workdir } => domain::LaunchAction::Local {
-                    argv,
-                    env,
-                    secrets: Vec::new(),
-                    workdir,
-                },
-                LaunchAction::Kubernetes(pod) => {
-                    let pod = *pod;
-                    domain::LaunchAction::Kubernetes(Box::new(domain::PodRecord {
-                        image: pod.image,
-                        command: pod.command,
-                        args: pod.args,
-                        env: pod.env,
-                        secrets: Vec::new(),
-                        workdir: pod.workdir,
-                        requests: pod.requests,
-                        limits: pod.limits,
-                        service_account: pod.service_account,
-                        node_selector: pod.node_selector,
-                    }))
-                }
-            },
+            action: launch.action.into(),
         })
     }
 }
@@ -662,8 +689,8 @@ impl TryFrom<LaunchRecord> for domain::LaunchRecord {
 // The outbox and the dead-letter queue
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum OutboxPayload {
-    Launch(LaunchRecord),
+pub enum OutboxPayload<L = LaunchRecord> {
+    Launch(L),
     Kill {
         run: u128,
         step: u16,
@@ -686,9 +713,9 @@ pub enum OutboxPayload {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutboxMessage {
+pub struct OutboxMessage<L = LaunchRecord> {
     pub id: u64,
-    pub payload: OutboxPayload,
+    pub payload: OutboxPayload<L>,
     pub created_at: u64,
     pub next_at: u64,
     pub delivery_attempts: u32,
@@ -697,8 +724,8 @@ pub struct OutboxMessage {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DeadLetter {
-    pub message: OutboxMessage,
+pub struct DeadLetter<L = LaunchRecord> {
+    pub message: OutboxMessage<L>,
     pub dead_at: u64,
     pub category: DeadLetterCategory,
 }
@@ -709,9 +736,64 @@ pub enum DeadLetterCategory {
     OutboxPoison,
 }
 
-impl TryFrom<OutboxMessage> for domain::OutboxMessage {
+impl<'a, L: From<&'a domain::LaunchRecord>> From<&'a domain::OutboxMessage> for OutboxMessage<L> {
+    fn from(message: &'a domain::OutboxMessage) -> Self {
+        let payload = match &message.payload {
+            domain::OutboxPayload::Launch(launch) => OutboxPayload::Launch(L::from(launch)),
+            domain::OutboxPayload::Kill {
+                run,
+                step,
+                fence,
+                reason,
+                executor,
+            } => OutboxPayload::Kill {
+                run: run.0,
+                step: *step,
+                fence: fence.0,
+                reason: (*reason).into(),
+                executor: (*executor).into(),
+            },
+            domain::OutboxPayload::Webhook {
+                run,
+                url,
+                event_id,
+                body,
+                alert,
+            } => OutboxPayload::Webhook {
+                run: run.0,
+                url: url.clone(),
+                event_id: event_id.clone(),
+                body: body.clone(),
+                alert: *alert,
+            },
+            domain::OutboxPayload::CleanUp {
+                run,
+                fence,
+                executor,
+            } => OutboxPayload::CleanUp {
+                run: run.0,
+                fence: fence.0,
+                executor: (*executor).into(),
+            },
+        };
+        OutboxMessage {
+            id: message.id,
+            payload,
+            created_at: message.created_at.0,
+            next_at: message.next_at.0,
+            delivery_attempts: message.delivery_attempts,
+            max_deliveries: message.max_deliveries,
+            last_error: message.last_error.clone(),
+        }
+    }
+}
+
+impl<L> TryFrom<OutboxMessage<L>> for domain::OutboxMessage
+where
+    L: TryInto<domain::LaunchRecord, Error = Implausible>,
+{
     type Error = Implausible;
-    fn try_from(message: OutboxMessage) -> Result<Self, Implausible> {
+    fn try_from(message: OutboxMessage<L>) -> Result<Self, Implausible> {
         let payload = match message.payload {
             OutboxPayload::Launch(launch) => domain::OutboxPayload::Launch(launch.try_into()?),
             OutboxPayload::Kill {
@@ -762,9 +844,27 @@ impl TryFrom<OutboxMessage> for domain::OutboxMessage {
     }
 }
 
-impl TryFrom<DeadLetter> for domain::DeadLetter {
+impl<'a, L: From<&'a domain::LaunchRecord>> From<&'a domain::DeadLetter> for DeadLetter<L> {
+    fn from(letter: &'a domain::DeadLetter) -> Self {
+        DeadLetter {
+            message: OutboxMessage::from(&letter.message),
+            dead_at: letter.dead_at.0,
+            category: match letter.category {
+                domain::DeadLetterCategory::ExecutorUnavailable => {
+                    DeadLetterCategory::ExecutorUnavailable
+                }
+                domain::DeadLetterCategory::OutboxPoison => DeadLetterCategory::OutboxPoison,
+            },
+        }
+    }
+}
+
+impl<L> TryFrom<DeadLetter<L>> for domain::DeadLetter
+where
+    L: TryInto<domain::LaunchRecord, Error = Implausible>,
+{
     type Error = Implausible;
-    fn try_from(letter: DeadLetter) -> Result<Self, Implausible> {
+    fn try_from(letter: DeadLetter<L>) -> Result<Self, Implausible> {
         Ok(domain::DeadLetter {
             message: letter.message.try_into()?,
             dead_at: at(letter.dead_at),
