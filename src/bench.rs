@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::engine::{
+    RunAdmission,
     Attempt, AttemptState, Fence, Outcome, RunHeader, RunId, RunState, RunStep, StepState,
     Timestamp, Verdict,
 };
@@ -202,6 +203,7 @@ fn populate_dead_lettered(dir: &Path, runs: u64) -> anyhow::Result<()> {
                     eligible_at: Some(at),
                     ..AutoRetryState::default()
                 },
+                admission: Default::default(),
             };
             tx.put_pipeline(id, &source)?;
             tx.put_run(&header, None)?;
@@ -395,7 +397,13 @@ async fn transitions(dir: &Path, quick: bool) -> anyhow::Result<(Duration, f64)>
     for _ in 0..if quick { 100 } else { 500 } {
         let start = Instant::now();
         service
-            .submit(source.clone(), pipeline.clone(), "bench".into(), None)
+            .submit(
+                source.clone(),
+                pipeline.clone(),
+                "bench".into(),
+                RunAdmission::of(&pipeline),
+                None,
+            )
             .await?;
         samples.push(start.elapsed());
     }
@@ -412,7 +420,13 @@ async fn transitions(dir: &Path, quick: bool) -> anyhow::Result<(Duration, f64)>
         tasks.push(tokio::spawn(async move {
             for _ in 0..per_client {
                 service
-                    .submit(source.clone(), pipeline.clone(), "bench".into(), None)
+                    .submit(
+                source.clone(),
+                pipeline.clone(),
+                "bench".into(),
+                RunAdmission::of(&pipeline),
+                None,
+            )
                     .await?;
             }
             Ok::<(), anyhow::Error>(())
@@ -456,7 +470,13 @@ async fn trivial_steps(dir: &Path, total: usize) -> anyhow::Result<f64> {
         tasks.push(tokio::spawn(async move {
             for _ in 0..total / 2 {
                 let id = service
-                    .submit(source.clone(), pipeline.clone(), "bench".into(), None)
+                    .submit(
+                source.clone(),
+                pipeline.clone(),
+                "bench".into(),
+                RunAdmission::of(&pipeline),
+                None,
+            )
                     .await?
                     .id;
                 loop {
@@ -607,6 +627,7 @@ fn populate(dir: &Path, finished: u64, inflight: u64) -> anyhow::Result<()> {
                 cancel: None,
                 budget: None,
                 auto_retry: Default::default(),
+                admission: Default::default(),
             };
             tx.put_pipeline(id, &source)?;
             tx.put_run(&header, None)?;

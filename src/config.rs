@@ -40,6 +40,17 @@ pub struct ConfigFile {
     pub tokens: Vec<TokenConfig>,
     #[serde(default)]
     pub secrets: SecretsSection,
+    #[serde(default)]
+    pub locks: Vec<LockConfig>,
+}
+
+/// `[[locks]]` (reloaded by SIGHUP): a named lock steps take with `locks: [NAME]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockConfig {
+    pub name: String,
+    /// Steps holding it at once. Default 1.
+    pub limit: Option<u32>,
 }
 
 /// `[secrets]` (reloaded by SIGHUP): named secrets for `env: {VAR: {secret: NAME}}`.
@@ -78,6 +89,11 @@ pub struct EngineSection {
     /// Variables of the service's environment that local steps also see (beside `PATH`,
     /// `HOME`, `LANG`, Scarab's `SCARAB_*` and their pipeline's `env`).
     pub step_env_passthrough: Option<Vec<String>>,
+    /// Slots of local steps active at once (reloaded by SIGHUP). Default: the CPUs.
+    pub max_parallel_local: Option<u32>,
+    /// One point of run priority is worth this much waiting (reloaded by SIGHUP).
+    #[serde(default, with = "optional_duration")]
+    pub priority_aging: Option<Duration>,
 }
 
 /// `[kubernetes]`: where `executor: kubernetes` steps run.
@@ -95,6 +111,8 @@ pub struct KubernetesSection {
     pub grace_unschedulable: Option<Duration>,
     #[serde(default, with = "optional_duration")]
     pub grace_pending: Option<Duration>,
+    /// Pods of Scarab's steps at once (reloaded by SIGHUP). Default 100.
+    pub max_pods: Option<u32>,
 }
 
 /// `[[tokens]]`: API tokens besides the admin token (reloaded by SIGHUP). The secret is
@@ -223,6 +241,125 @@ pub struct Live {
     /// What of this configuration local steps must not reach: the token files and the
     /// secrets dir.
     pub step_protected: Vec<PathBuf>,
+    /// Admission control's limits: the pools, the locks, priority aging.
+    pub admission: crate::engine::admission::Limits,
+}
+
+impl Default for crate::engine::admission::Limits {
+    fn default() -> Self {
+        crate::engine::admission::Limits {
+            local: default_max_parallel_local(),
+            pods: DEFAULT_MAX_PODS,
+            locks: Default::default(),
+            aging_ms: DEFAULT_PRIORITY_AGING.as_millis() as u64,
+        }
+    }
+}
+
+/// `kubernetes.max_pods` when unset.
+pub const DEFAULT_MAX_PODS: u32 = 100;
+/// `engine.priority_aging` when unset.
+pub const DEFAULT_PRIORITY_AGING: Duration = Duration::from_secs(60);
+
+/// `engine.max_parallel_local` when unset: the CPUs this process may use.
+pub fn default_max_parallel_local() -> u32 {
+    std::thread::available_parallelism()
+        .map(|n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+        .unwrap_or(1)
+        .clamp(1, crate::limits::POOL_LIMIT_MAX)
+}
+
+impl ConfigFile {
+    /// The limits of admission control: the file's values, then `SCARAB_MAX_PARALLEL_LOCAL`,
+    /// `SCARAB_MAX_PODS` and `SCARAB_PRIORITY_AGING` from `env`. Errors name the key.
+    pub fn admission(
+        &self,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<crate::engine::admission::Limits, String> {
+        let max = crate::limits::POOL_LIMIT_MAX;
+        let pool = |file: Option<u32>, key: &str, var: &str, default: u32| -> Result<u32, String> {
+            let (value, name) = match env(var) {
+                Some(text) => {
+                    let value = text
+                        .trim()
+                        .parse::<u32>()
+                        .map_err(|_| format!("{var}: {text:?} is not a whole number"))?;
+                    (value, var.to_string())
+                }
+                None => match file {
+                    Some(value) => (value, key.to_string()),
+                    None => return Ok(default),
+                },
+            };
+            if !(1..=max).contains(&value) {
+                return Err(format!("{name}: must be between 1 and {max}"));
+            }
+            Ok(value)
+        };
+        let local = pool(
+            self.engine.max_parallel_local,
+            "engine.max_parallel_local",
+            "SCARAB_MAX_PARALLEL_LOCAL",
+            default_max_parallel_local(),
+        )?;
+        let pods = pool(
+            self.kubernetes.max_pods,
+            "kubernetes.max_pods",
+            "SCARAB_MAX_PODS",
+            DEFAULT_MAX_PODS,
+        )?;
+        let (aging, name) = match env("SCARAB_PRIORITY_AGING") {
+            Some(text) => (
+                humantime::parse_duration(text.trim()).map_err(|e| {
+                    format!("SCARAB_PRIORITY_AGING: {text:?} is not a duration ({e})")
+                })?,
+                "SCARAB_PRIORITY_AGING",
+            ),
+            None => (
+                self.engine.priority_aging.unwrap_or(DEFAULT_PRIORITY_AGING),
+                "engine.priority_aging",
+            ),
+        };
+        let (min, top) = (
+            crate::limits::PRIORITY_AGING_MIN,
+            crate::limits::PRIORITY_AGING_MAX,
+        );
+        if aging < min || aging > top {
+            return Err(format!(
+                "{name}: must be between {} and {}",
+                humantime::format_duration(min),
+                humantime::format_duration(top)
+            ));
+        }
+        if self.locks.len() > crate::limits::LOCKS_MAX {
+            return Err(format!(
+                "locks: at most {} locks (found {})",
+                crate::limits::LOCKS_MAX,
+                self.locks.len()
+            ));
+        }
+        let mut locks = std::collections::BTreeMap::new();
+        for (i, lock) in self.locks.iter().enumerate() {
+            crate::limits::check_admission_name(&lock.name, crate::limits::LOCK_NAME_MAX_BYTES)
+                .map_err(|problem| format!("locks[{i}].name: {problem}"))?;
+            let limit = lock.limit.unwrap_or(1);
+            if !(1..=crate::limits::LOCK_LIMIT_MAX).contains(&limit) {
+                return Err(format!(
+                    "locks[{i}].limit: must be between 1 and {}",
+                    crate::limits::LOCK_LIMIT_MAX
+                ));
+            }
+            if locks.insert(lock.name.clone(), limit).is_some() {
+                return Err(format!("locks[{i}].name: {:?} is named twice", lock.name));
+            }
+        }
+        Ok(crate::engine::admission::Limits {
+            local,
+            pods,
+            locks,
+            aging_ms: u64::try_from(aging.as_millis()).unwrap_or(u64::MAX),
+        })
+    }
 }
 
 impl ConfigFile {
@@ -242,7 +379,7 @@ impl ConfigFile {
             webhooks: self.webhooks.clone(),
             tokens,
             log_level: self.log.level.clone(),
-            auto_retry: self.auto_retry.settings(env)?,
+            auto_retry: self.auto_retry.settings(&env)?,
             secrets: std::sync::Arc::new(secrets),
             step_protected: self
                 .tokens
@@ -250,6 +387,7 @@ impl ConfigFile {
                 .filter_map(|t| t.file.clone())
                 .chain(self.secrets.dir.clone())
                 .collect(),
+            admission: self.admission(&env)?,
         })
     }
 }

@@ -142,6 +142,46 @@ pub const OUTPUTS_PER_ATTEMPT_MAX: usize = 32;
 /// Verdict reasons and messages are cut to this length.
 pub const REASON_MAX_BYTES: usize = 1024;
 
+/// A run's `priority`: higher is admitted first.
+pub const PRIORITY_MIN: i32 = -1000;
+pub const PRIORITY_MAX: i32 = 1000;
+/// A concurrency group's name.
+pub const GROUP_NAME_MAX_BYTES: usize = 128;
+/// A concurrency group's `limit`.
+pub const GROUP_LIMIT_MAX: u32 = 10_000;
+/// A local step's `slots`.
+pub const SLOTS_MAX: u32 = 4096;
+/// A step's `locks`, and a lock's name.
+pub const LOCKS_PER_STEP_MAX: usize = 8;
+pub const LOCK_NAME_MAX_BYTES: usize = 63;
+/// `[[locks]]` in the configuration, and each lock's `limit`.
+pub const LOCKS_MAX: usize = 256;
+pub const LOCK_LIMIT_MAX: u32 = 10_000;
+/// `engine.max_parallel_local` and `kubernetes.max_pods`.
+pub const POOL_LIMIT_MAX: u32 = 100_000;
+/// `engine.priority_aging`: one point of priority is worth this much waiting.
+pub const PRIORITY_AGING_MIN: Duration = Duration::from_secs(1);
+pub const PRIORITY_AGING_MAX: Duration = Duration::from_secs(24 * 3600);
+/// Entries `GET /v1/queue` lists at most.
+pub const QUEUE_LIST_MAX: usize = 1000;
+
+/// A lock or concurrency group name: 1 to `max` bytes of `[A-Za-z0-9_.-]`.
+pub fn check_admission_name(name: &str, max: usize) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if name.len() > max {
+        return Err(format!("must be at most {max} bytes (found {})", name.len()));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    {
+        return Err("must match [A-Za-z0-9_.-]+".into());
+    }
+    Ok(())
+}
+
 /// Cuts `text` to at most `max_bytes`, on a character boundary.
 pub fn clip(text: &str, max_bytes: usize) -> String {
     let mut end = text.len().min(max_bytes);

@@ -29,6 +29,11 @@ pub struct ReasonLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabel {
+    pub pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ExecutorLabel {
     pub executor: String,
 }
@@ -57,6 +62,12 @@ pub struct Metrics {
     pub unreadable_runs: Gauge,
     /// Stored records that failed to decode, counted where they were read.
     pub unreadable_records: Counter,
+    /// Admission control: slots in use and the limit per pool, queued steps by what they
+    /// wait for, and how long admitted steps waited.
+    pub pool_slots_used: Family<PoolLabel, Gauge>,
+    pub pool_slots_limit: Family<PoolLabel, Gauge>,
+    pub queued_steps: Family<ReasonLabel, Gauge>,
+    pub queued_seconds: Histogram,
 }
 
 impl Default for Metrics {
@@ -94,6 +105,13 @@ impl Metrics {
             ready: Gauge::default(),
             unreadable_runs: Gauge::default(),
             unreadable_records: Counter::default(),
+            pool_slots_used: Family::default(),
+            pool_slots_limit: Family::default(),
+            queued_steps: Family::default(),
+            // 10 ms .. ~1.5 days.
+            queued_seconds: Histogram::new(
+                prometheus_client::metrics::histogram::exponential_buckets(0.01, 4.0, 14),
+            ),
         };
         registry.register("runs", "Runs by state", metrics.runs.clone());
         registry.register(
@@ -185,6 +203,27 @@ impl Metrics {
             "Stored records that failed to decode when read",
             metrics.unreadable_records.clone(),
         );
+        registry.register(
+            "pool_slots_used",
+            "Slots held by active steps, per pool (local, kubernetes)",
+            metrics.pool_slots_used.clone(),
+        );
+        registry.register(
+            "pool_slots_limit",
+            "The limit of each pool (engine.max_parallel_local, kubernetes.max_pods)",
+            metrics.pool_slots_limit.clone(),
+        );
+        registry.register(
+            "queued_steps",
+            "Steps waiting for admission, by what they wait for (pool, lock, group, parallelism)",
+            metrics.queued_steps.clone(),
+        );
+        registry.register_with_unit(
+            "queued_duration",
+            "Time admitted steps spent queued",
+            prometheus_client::registry::Unit::Seconds,
+            metrics.queued_seconds.clone(),
+        );
         if let Ok(mut slot) = metrics.registry.lock() {
             *slot = registry;
         }
@@ -205,6 +244,30 @@ impl Metrics {
                 state: state.to_string(),
             })
             .inc();
+    }
+
+    /// A pool's slots in use and limit.
+    pub fn pool(&self, pool: &str, used: u64, limit: u64) {
+        let label = PoolLabel {
+            pool: pool.to_string(),
+        };
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.pool_slots_used.get_or_create(&label).set(gauge(used));
+        self.pool_slots_limit.get_or_create(&label).set(gauge(limit));
+    }
+
+    /// Steps queued for `reason`.
+    pub fn queued(&self, reason: &str, count: usize) {
+        let label = ReasonLabel {
+            reason: reason.to_string(),
+        };
+        let count = i64::try_from(count).unwrap_or(i64::MAX);
+        self.queued_steps.get_or_create(&label).set(count);
+    }
+
+    /// A queued step was admitted after `waited_ms`.
+    pub fn admitted(&self, waited_ms: u64) {
+        self.queued_seconds.observe(waited_ms as f64 / 1000.0);
     }
 
     /// The text exposition (OpenMetrics text, which Prometheus scrapes).

@@ -301,11 +301,91 @@ fn body_format(headers: &HeaderMap, body: &[u8]) -> Format {
     }
 }
 
+/// What a submitter may set for one run over its pipeline's values.
+#[derive(Deserialize)]
+struct SubmitQuery {
+    priority: Option<i32>,
+    parallelism: Option<u32>,
+    concurrency_group: Option<String>,
+    concurrency_limit: Option<u32>,
+    supersede: Option<bool>,
+}
+
+impl SubmitQuery {
+    /// The run's admission: the pipeline's, with what the query overrides. Errors name
+    /// the query parameter.
+    fn admission(
+        &self,
+        pipeline: &pipeline::Pipeline,
+    ) -> Result<crate::engine::RunAdmission, ApiError> {
+        let bad = |field: &str, message: String| {
+            ApiError::field(StatusCode::BAD_REQUEST, field, message)
+        };
+        let mut admission = crate::engine::RunAdmission::of(pipeline);
+        if let Some(priority) = self.priority {
+            if !(limits::PRIORITY_MIN..=limits::PRIORITY_MAX).contains(&priority) {
+                return Err(bad(
+                    "priority",
+                    format!("must be {}..={}", limits::PRIORITY_MIN, limits::PRIORITY_MAX),
+                ));
+            }
+            admission.priority = priority;
+        }
+        if let Some(parallelism) = self.parallelism {
+            if parallelism == 0 || parallelism as usize > limits::STEPS_MAX {
+                return Err(bad(
+                    "parallelism",
+                    format!("must be 1..={}", limits::STEPS_MAX),
+                ));
+            }
+            admission.parallelism = Some(parallelism);
+        }
+        if let Some(group) = &self.concurrency_group {
+            limits::check_admission_name(group, limits::GROUP_NAME_MAX_BYTES)
+                .map_err(|problem| bad("concurrency_group", problem))?;
+            admission.group = Some(pipeline::Concurrency {
+                group: group.clone(),
+                limit: 1,
+                supersede: false,
+            });
+        }
+        let Some(group) = admission.group.as_mut() else {
+            if self.concurrency_limit.is_some() || self.supersede.is_some() {
+                let field = if self.concurrency_limit.is_some() {
+                    "concurrency_limit"
+                } else {
+                    "supersede"
+                };
+                return Err(bad(
+                    field,
+                    "needs concurrency_group: the pipeline has no concurrency group".into(),
+                ));
+            }
+            return Ok(admission);
+        };
+        if let Some(limit) = self.concurrency_limit {
+            if !(1..=limits::GROUP_LIMIT_MAX).contains(&limit) {
+                return Err(bad(
+                    "concurrency_limit",
+                    format!("must be 1..={}", limits::GROUP_LIMIT_MAX),
+                ));
+            }
+            group.limit = limit;
+        }
+        if let Some(supersede) = self.supersede {
+            group.supersede = supersede;
+        }
+        Ok(admission)
+    }
+}
+
 async fn submit(
     State(state): State<ApiState>,
     headers: HeaderMap,
+    query: Result<Query<SubmitQuery>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let query = query_params(query)?;
     let body = body.map_err(|rejection| {
         let status = rejection.status();
         let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -329,6 +409,16 @@ async fn submit(
     if !missing.is_empty() {
         return Err(ApiError::invalid(&missing));
     }
+    let refused = state
+        .service
+        .settings
+        .live()
+        .admission
+        .check(&outcome.pipeline);
+    if !refused.is_empty() {
+        return Err(ApiError::invalid(&refused));
+    }
+    let admission = query.admission(&outcome.pipeline)?;
     let source = PipelineSource {
         format: match format {
             Format::Yaml => SourceFormat::Yaml,
@@ -339,7 +429,13 @@ async fn submit(
     let origin = origin(&headers)?;
     let submitted = state
         .service
-        .submit(source, Arc::new(outcome.pipeline), origin, idempotency_key)
+        .submit(
+            source,
+            Arc::new(outcome.pipeline),
+            origin,
+            admission,
+            idempotency_key,
+        )
         .await?;
     let body = dto::SubmitAnswer {
         id: submitted.id.to_string(),

@@ -863,7 +863,8 @@ fn run(file: &Path, state_dir: &Path, settings: Settings) -> anyhow::Result<Exit
     for warning in &outcome.warnings {
         eprintln!("warning: {warning}");
     }
-    let missing = settings.live().secrets.check(&outcome.pipeline);
+    let mut missing = settings.live().secrets.check(&outcome.pipeline);
+    missing.extend(settings.live().admission.check(&outcome.pipeline));
     if !missing.is_empty() {
         for error in &missing {
             eprintln!("{}: {error}", file.display());
@@ -892,8 +893,9 @@ async fn run_in_process(
         .with_context(|| format!("starting on state dir {}", state_dir.display()))?;
     let service = running.service.clone();
     let origin = crate::engine::run_failure::LOCAL_ORIGIN.to_string();
+    let admission = crate::engine::RunAdmission::of(&pipeline);
     let submitted = service
-        .submit(source, Arc::new(pipeline), origin, None)
+        .submit(source, Arc::new(pipeline), origin, admission, None)
         .await?;
     eprintln!(
         "run {} submitted (state dir {})",

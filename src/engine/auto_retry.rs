@@ -163,11 +163,14 @@ mod tests {
             });
             let mut fences = FenceCounter::starting_at(100);
             let pipeline = Arc::new(Pipeline {
+                priority: 0,
+                parallelism: None,
+                concurrency: None,
                 name: "p".into(),
                 budget,
                 steps,
             });
-            let (run, effects) = engine.submit(RunId(3), pipeline, origin.into(), &mut fences, T0);
+            let (run, effects) = engine.submit(RunId(3), pipeline, origin.into(), crate::engine::RunAdmission::default(), &mut fences, &mut crate::engine::Unlimited, T0);
             let mut sim = Sim {
                 engine,
                 fences,
@@ -190,7 +193,7 @@ mod tests {
         fn input(&mut self, input: Input) -> Result<(), crate::engine::RejectedInput> {
             let effects = self
                 .engine
-                .handle(&mut self.run, &mut self.fences, input, self.now)?;
+                .handle(&mut self.run, &mut self.fences, &mut crate::engine::Unlimited, input, self.now)?;
             self.collect(&effects);
             Ok(())
         }
@@ -310,6 +313,8 @@ mod tests {
         }
         // A rejected gate and a budget are `failed`, not dead-lettered.
         let gate = Step {
+            slots: 1,
+            locks: Vec::new(),
             action: StepAction::Gate(GateSpec::default()),
             timeout: None,
             ..local("g", &[])
@@ -362,6 +367,7 @@ mod tests {
         // A cancel that dead-lettered (a kill that could not be delivered).
         let mut sim = never_started("local");
         sim.run.header.cancel = Some(crate::engine::CancelRequest {
+            reason: None,
             by: "x".into(),
             at: T0,
         });

@@ -14,6 +14,8 @@ const T0: Timestamp = Timestamp(5_000_000);
 /// A local step running `true` with a 60 s timeout (shared with the auto-retry tests).
 pub(super) fn local(name: &str, needs: &[usize]) -> Step {
     Step {
+        slots: 1,
+        locks: Vec::new(),
         name: name.into(),
         needs: needs.to_vec(),
         timeout: Some(Duration::from_secs(60)),
@@ -29,6 +31,8 @@ pub(super) fn local(name: &str, needs: &[usize]) -> Step {
 
 fn gate(name: &str, needs: &[usize], release: Option<u64>, expires: Option<u64>) -> Step {
     Step {
+        slots: 1,
+        locks: Vec::new(),
         name: name.into(),
         needs: needs.to_vec(),
         timeout: None,
@@ -100,11 +104,14 @@ impl Sim {
         let engine = Engine::new(EngineSettings::default());
         let mut fences = FenceCounter::starting_at(1);
         let pipeline = Arc::new(Pipeline {
+            priority: 0,
+            parallelism: None,
+            concurrency: None,
             name: "p".into(),
             budget,
             steps,
         });
-        let (run, effects) = engine.submit(RunId(9), pipeline, "local".into(), &mut fences, T0);
+        let (run, effects) = engine.submit(RunId(9), pipeline, "local".into(), crate::engine::RunAdmission::default(), &mut fences, &mut crate::engine::Unlimited, T0);
         let mut sim = Sim {
             engine,
             fences,
@@ -154,7 +161,7 @@ impl Sim {
     fn try_input(&mut self, input: Input) -> Result<(), RejectedInput> {
         let effects = self
             .engine
-            .handle(&mut self.run, &mut self.fences, input, self.now)?;
+            .handle(&mut self.run, &mut self.fences, &mut crate::engine::Unlimited, input, self.now)?;
         self.apply_effects(effects);
         Ok(())
     }
@@ -379,7 +386,7 @@ fn cancel_during_a_gate_cancels_it_and_its_timers() {
     let mut sim = Sim::new(Some(secs(30)), three_steps(Some(600), Some(3600)));
     sim.run_step(0, secs(1));
     assert_eq!(sim.state(), RunState::Waiting);
-    sim.input(Input::Cancel { by: "bob".into() });
+    sim.input(Input::Cancel { by: "bob".into(), reason: None });
     assert_eq!(sim.run.steps[1].state, StepState::Cancelled);
     assert_eq!(sim.run.steps[2].state, StepState::Cancelled);
     assert_eq!(sim.state(), RunState::Cancelled);

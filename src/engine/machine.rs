@@ -3,9 +3,10 @@
 use std::sync::Arc;
 
 use super::retry::{self, Decision};
+use super::admission::Admission;
 use super::state::{
     Attempt, AttemptState, BudgetClock, CancelRequest, GateDecision, GateOutcome, GateProgress,
-    KillReason, Run, RunHeader, RunState, RunStep, StepState,
+    KillReason, Run, RunAdmission, RunHeader, RunState, RunStep, StepState,
 };
 use super::{
     Effects, EngineSettings, Event, FenceCounter, Input, Intent, LaunchOrder, Outcome, RunId,
@@ -70,7 +71,9 @@ impl Engine {
         id: RunId,
         pipeline: Arc<Pipeline>,
         origin: String,
+        admission: RunAdmission,
         fences: &mut FenceCounter,
+        gate: &mut dyn Admission,
         now: Timestamp,
     ) -> (Run, Effects) {
         let header = RunHeader {
@@ -83,6 +86,7 @@ impl Engine {
             cancel: None,
             budget: pipeline.budget.map(|limit| BudgetClock::new(limit, now)),
             auto_retry: Default::default(),
+            admission,
         };
         let steps = vec![RunStep::new(); pipeline.steps.len()];
         let mut run = Run {
@@ -101,7 +105,7 @@ impl Engine {
                 timer: Timer::Budget,
             });
         }
-        self.advance(&mut run, fences, now, &mut effects);
+        self.advance(&mut run, fences, gate, now, &mut effects);
         self.schedule_retention(now, &mut effects);
         (run, effects)
     }
@@ -112,6 +116,7 @@ impl Engine {
         &self,
         run: &mut Run,
         fences: &mut FenceCounter,
+        gate: &mut dyn Admission,
         input: Input,
         now: Timestamp,
     ) -> Result<Effects, RejectedInput> {
@@ -157,7 +162,7 @@ impl Engine {
             Input::Resubmit { by, next_at } => on_resubmit(run, by, next_at, now, &mut effects)?,
             Input::Quarantine { reason } => on_quarantine(&mut run.header, reason, &mut effects)?,
             Input::Discard { by, reason } => on_discard(&mut run.header, by, reason, &mut effects)?,
-            Input::Cancel { by } => on_cancel(run, by, now, &mut effects)?,
+            Input::Cancel { by, reason } => on_cancel(run, by, reason, now, &mut effects)?,
             Input::Undeliverable {
                 step,
                 fence,
@@ -171,8 +176,9 @@ impl Engine {
                 fence,
                 outputs,
             } => on_outputs(run, step, fence, outputs, &mut effects)?,
+            Input::Admit { step } => self.on_admit(run, step, fences, now, &mut effects),
         }
-        self.advance(run, fences, now, &mut effects);
+        self.advance(run, fences, gate, now, &mut effects);
         self.schedule_retention(now, &mut effects);
         Ok(effects)
     }
@@ -418,6 +424,7 @@ impl Engine {
         &self,
         run: &mut Run,
         fences: &mut FenceCounter,
+        gate: &mut dyn Admission,
         now: Timestamp,
         effects: &mut Effects,
     ) {
@@ -441,13 +448,17 @@ impl Engine {
                         set_step_state(run, step, StepState::Skipped, effects);
                         progressed = true;
                     }
-                    Readiness::Ready if run.pipeline.steps[step].action.gate().is_some() => {
-                        open_gate(run, step, now, effects);
-                        progressed = true;
-                    }
                     Readiness::Ready => {
-                        self.mint_attempt(run, step, fences, now, effects);
-                        progressed = true;
+                        // A gate needs admission only for its run's concurrency group.
+                        let is_gate = run.pipeline.steps[step].action.gate().is_some();
+                        let group = &run.header.admission;
+                        let free = is_gate && (group.group.is_none() || group.group_held);
+                        if free || gate.admit(run, step, now) {
+                            self.start(run, step, fences, now, effects);
+                            progressed = true;
+                        } else {
+                            set_step_state(run, step, StepState::Queued { since: now }, effects);
+                        }
                     }
                 }
             }
@@ -457,6 +468,49 @@ impl Engine {
         }
         settle_run_state(run, now, effects);
         run.header.updated_at = now;
+    }
+
+    /// An admitted step starts: a gate opens, anything else gets its first attempt. The
+    /// run now holds its concurrency group's slot.
+    fn start(
+        &self,
+        run: &mut Run,
+        step: usize,
+        fences: &mut FenceCounter,
+        now: Timestamp,
+        effects: &mut Effects,
+    ) {
+        if run.header.admission.group.is_some() {
+            run.header.admission.group_held = true;
+        }
+        if run.pipeline.steps[step].action.gate().is_some() {
+            open_gate(run, step, now, effects);
+        } else {
+            self.mint_attempt(run, step, fences, now, effects);
+        }
+    }
+
+    /// The scheduler admitted a queued step. A step no longer queued (cancelled, skipped
+    /// since) is left as it is.
+    fn on_admit(
+        &self,
+        run: &mut Run,
+        step: usize,
+        fences: &mut FenceCounter,
+        now: Timestamp,
+        effects: &mut Effects,
+    ) {
+        let StepState::Queued { since } = run.steps[step].state else {
+            return;
+        };
+        if run.header.cancel.is_some() || budget_exceeded(run) || run.header.state.is_terminal() {
+            return;
+        }
+        effects.events.push(Event::Admitted {
+            step,
+            waited_ms: now.0.saturating_sub(since.0),
+        });
+        self.start(run, step, fences, now, effects);
     }
 
     fn mint_attempt(
@@ -715,6 +769,7 @@ fn lookup_output(run: &Run, reference: &str) -> Option<String> {
 fn on_cancel(
     run: &mut Run,
     by: String,
+    reason: Option<String>,
     now: Timestamp,
     effects: &mut Effects,
 ) -> Result<(), super::RejectedInput> {
@@ -727,11 +782,12 @@ fn on_cancel(
     run.header.cancel = Some(CancelRequest {
         by: by.clone(),
         at: now,
+        reason: reason.clone(),
     });
-    effects.events.push(Event::CancelRequested { by });
+    effects.events.push(Event::CancelRequested { by, reason });
     for step in 0..run.steps.len() {
         match run.steps[step].state {
-            StepState::Pending | StepState::RetryWaiting { .. } => {
+            StepState::Pending | StepState::Queued { .. } | StepState::RetryWaiting { .. } => {
                 set_step_state(run, step, StepState::Cancelled, effects);
             }
             StepState::Active => request_kill(run, step, KillReason::Cancel, effects),
@@ -787,6 +843,7 @@ pub(super) fn readiness(run: &Run, step: usize) -> Readiness {
             | StepState::Skipped
             | StepState::Cancelled => return Readiness::Doomed,
             StepState::Pending
+            | StepState::Queued { .. }
             | StepState::Active
             | StepState::RetryWaiting { .. }
             | StepState::Waiting => ready = false,
@@ -1012,6 +1069,8 @@ fn settle_run_state(run: &mut Run, now: Timestamp, effects: &mut Effects) {
     if run.steps.iter().all(|s| s.state.is_terminal()) {
         let outcome = run_outcome(run);
         pause_budget(run, now, effects);
+        // Every end gives the run's concurrency group slot back.
+        run.header.admission.group_held = false;
         if outcome == RunState::DeadLettered {
             let retry = &mut run.header.auto_retry;
             retry.eligible_at = Some(retry.next_at.map_or(now, |at| at.max(now)));
@@ -1019,10 +1078,12 @@ fn settle_run_state(run: &mut Run, now: Timestamp, effects: &mut Effects) {
         set_run_state(run, outcome, effects);
         return;
     }
-    let busy = run
-        .steps
-        .iter()
-        .any(|s| matches!(s.state, StepState::Active | StepState::RetryWaiting { .. }));
+    let busy = run.steps.iter().any(|s| {
+        matches!(
+            s.state,
+            StepState::Active | StepState::Queued { .. } | StepState::RetryWaiting { .. }
+        )
+    });
     let gated = run.steps.iter().any(|s| s.state == StepState::Waiting);
     if !busy && gated {
         pause_budget(run, now, effects);
@@ -1120,7 +1181,9 @@ fn on_budget(run: &mut Run, now: Timestamp, effects: &mut Effects) {
                 cancel_gate_timers(run, step, effects);
                 set_step_state(run, step, StepState::Skipped, effects);
             }
-            StepState::Pending => set_step_state(run, step, StepState::Skipped, effects),
+            StepState::Pending | StepState::Queued { .. } => {
+                set_step_state(run, step, StepState::Skipped, effects)
+            }
             StepState::Succeeded
             | StepState::Failed { .. }
             | StepState::DeadLettered { .. }

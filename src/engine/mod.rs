@@ -4,6 +4,7 @@
 //! closed enum; outputs ([`Effects`]) name what changed and what must happen next
 //! (intents), and the driver commits both in one transaction before acting.
 
+pub mod admission;
 pub mod auto_retry;
 #[cfg(test)]
 mod gate_tests;
@@ -21,13 +22,14 @@ pub mod waits;
 
 use std::time::Duration;
 
+pub use admission::{Admission, Unlimited};
 pub use auto_retry::{AutoRetrySettings, Eligibility, SkipReason, eligibility};
 pub use ids::{Fence, FenceCounter, RunId, Timestamp};
 pub use machine::{BUDGET_EXCEEDED, Engine, GATE_EXPIRED, GATE_REJECTED, RejectedInput, SYSTEM};
 pub use run_failure::{FailureClassification, classify_run};
 pub use state::{
     Attempt, AttemptState, AutoRetryState, BudgetClock, CancelRequest, GateDecision, GateOutcome,
-    GateProgress, KillReason, Run, RunHeader, RunState, RunStep, StepState,
+    GateProgress, KillReason, Run, RunAdmission, RunHeader, RunState, RunStep, StepState,
 };
 pub use verdict::{FailureClass, Outcome, Verdict};
 pub use waits::{Stuck, Wait, waits};
@@ -79,6 +81,12 @@ pub enum Input {
     TimerFired(Timer),
     Cancel {
         by: String,
+        /// Why, when the system cancels (`superseded`).
+        reason: Option<String>,
+    },
+    /// Admission control admitted a queued step: it starts now.
+    Admit {
+        step: usize,
     },
     /// The outbox gave up delivering this attempt's launch (or kill): no verdict can come.
     Undeliverable {
@@ -137,6 +145,7 @@ impl Input {
             | Input::Undeliverable { step, .. }
             | Input::Requeue { step, .. }
             | Input::SetOutputs { step, .. }
+            | Input::Admit { step }
             | Input::Decide { step, .. } => Some(*step),
             Input::TimerFired(timer) => timer.step(),
             Input::Cancel { .. }
@@ -267,6 +276,12 @@ pub enum Event {
     },
     CancelRequested {
         by: String,
+        reason: Option<String>,
+    },
+    /// Admission control let a queued step start after `waited_ms` in the queue.
+    Admitted {
+        step: usize,
+        waited_ms: u64,
     },
     GateOpened {
         step: usize,

@@ -42,6 +42,8 @@ fn pipeline_strategy() -> impl Strategy<Value = Pipeline> {
                     needs.sort_unstable();
                     needs.dedup();
                     Step {
+                        slots: 1,
+                        locks: Vec::new(),
                         name: format!("s{i}"),
                         needs,
                         timeout: Some(Duration::from_secs(5)),
@@ -70,6 +72,9 @@ fn pipeline_strategy() -> impl Strategy<Value = Pipeline> {
             })
             .collect::<Vec<_>>();
         steps.prop_map(|steps| Pipeline {
+            priority: 0,
+            parallelism: None,
+            concurrency: None,
             budget: None,
             name: "sim".into(),
             steps,
@@ -100,7 +105,7 @@ impl Sim {
         self.now = self.now.plus(Duration::from_millis(10));
         if let Ok(effects) = self
             .engine
-            .handle(&mut self.run, &mut self.fences, input, self.now)
+            .handle(&mut self.run, &mut self.fences, &mut crate::engine::Unlimited, input, self.now)
         {
             self.collect(&effects);
         }
@@ -165,7 +170,7 @@ impl Sim {
                     self.apply(Input::TimerFired(Timer::Backstop { step, fence }));
                 }
             }
-            Action::Cancel => self.apply(Input::Cancel { by: "sim".into() }),
+            Action::Cancel => self.apply(Input::Cancel { by: "sim".into(), reason: None }),
         }
     }
 }
@@ -321,7 +326,7 @@ proptest! {
     ) {
         let engine = Engine::new(EngineSettings::default());
         let mut fences = FenceCounter::starting_at(1);
-        let (run, effects) = engine.submit(RunId(1), Arc::new(pipeline), "local".into(), &mut fences, Timestamp(0));
+        let (run, effects) = engine.submit(RunId(1), Arc::new(pipeline), "local".into(), crate::engine::RunAdmission::default(), &mut fences, &mut crate::engine::Unlimited, Timestamp(0));
         let mut sim = Sim { engine, fences, run, now: Timestamp(0), minted: Vec::new() };
         sim.collect(&effects);
         check_invariants(&sim);

@@ -83,6 +83,8 @@ impl RunState {
 pub struct CancelRequest {
     pub by: String,
     pub at: Timestamp,
+    /// Why, when the system cancelled (`superseded`); `None` for a person's cancel.
+    pub reason: Option<String>,
 }
 
 /// Everything about a run except its pipeline and steps.
@@ -99,6 +101,33 @@ pub struct RunHeader {
     pub budget: Option<BudgetClock>,
     /// The auto-retry sweep's bookkeeping (docs/auto-retry.md).
     pub auto_retry: AutoRetryState,
+    /// What admission control needs of the run (docs/admission.md).
+    pub admission: RunAdmission,
+}
+
+impl RunAdmission {
+    /// What the pipeline itself asks for.
+    pub fn of(pipeline: &crate::pipeline::Pipeline) -> RunAdmission {
+        RunAdmission {
+            priority: pipeline.priority,
+            parallelism: pipeline.parallelism,
+            group: pipeline.concurrency.clone(),
+            group_held: false,
+        }
+    }
+}
+
+/// A run's place in admission control: fixed at submit (the pipeline's values, or the
+/// submitter's), except `group_held`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RunAdmission {
+    /// Higher is admitted first; ties in submit order.
+    pub priority: i32,
+    /// At most this many of the run's steps active at once.
+    pub parallelism: Option<u32>,
+    pub group: Option<crate::pipeline::Concurrency>,
+    /// The run holds a slot of its group: from its first admission until it ends.
+    pub group_held: bool,
 }
 
 /// What the auto-retry sweep did to a run and may do next.
@@ -160,6 +189,11 @@ impl BudgetClock {
 pub enum StepState {
     /// Waiting for the steps it needs.
     Pending,
+    /// Ready, waiting for admission: a slot of its pool, its locks, its run's parallelism
+    /// or its run's concurrency group. No attempt exists yet.
+    Queued {
+        since: Timestamp,
+    },
     /// An attempt is in flight (its own state says launching or running).
     Active,
     /// The last attempt failed and a retry is due at this time.
@@ -186,6 +220,7 @@ impl StepState {
     pub fn as_str(&self) -> &'static str {
         match self {
             StepState::Pending => "pending",
+            StepState::Queued { .. } => "queued",
             StepState::Active => "active",
             StepState::RetryWaiting { .. } => "retry_waiting",
             StepState::Succeeded => "succeeded",
@@ -200,6 +235,7 @@ impl StepState {
     pub fn is_terminal(&self) -> bool {
         match self {
             StepState::Pending
+            | StepState::Queued { .. }
             | StepState::Active
             | StepState::RetryWaiting { .. }
             | StepState::Waiting => false,

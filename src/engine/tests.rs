@@ -11,6 +11,8 @@ const T0: Timestamp = Timestamp(1_000_000);
 
 fn step(name: &str, needs: &[usize], retry: Option<RetryPolicy>) -> Step {
     Step {
+        slots: 1,
+        locks: Vec::new(),
         name: name.to_string(),
         needs: needs.to_vec(),
         timeout: Some(Duration::from_secs(60)),
@@ -63,11 +65,14 @@ impl Sim {
         let engine = Engine::new(EngineSettings::default());
         let mut fences = FenceCounter::starting_at(41);
         let pipeline = Arc::new(Pipeline {
+            priority: 0,
+            parallelism: None,
+            concurrency: None,
             budget: None,
             name: "p".into(),
             steps,
         });
-        let (run, effects) = engine.submit(RunId(7), pipeline, "local".into(), &mut fences, T0);
+        let (run, effects) = engine.submit(RunId(7), pipeline, "local".into(), crate::engine::RunAdmission::default(), &mut fences, &mut crate::engine::Unlimited, T0);
         Sim {
             engine,
             fences,
@@ -80,7 +85,7 @@ impl Sim {
     fn input(&mut self, input: Input) -> Effects {
         let effects = self
             .engine
-            .handle(&mut self.run, &mut self.fences, input, self.now)
+            .handle(&mut self.run, &mut self.fences, &mut crate::engine::Unlimited, input, self.now)
             .expect("input accepted");
         self.intents.extend(effects.intents.clone());
         effects
@@ -478,7 +483,7 @@ fn cancel_kills_in_flight_cancels_pending_and_ends_cancelled() {
     let mut sim = Sim::new(vec![step("a", &[], None), step("b", &[0], None)]);
     let fence = sim.current_fence(0);
     sim.input(Input::LaunchConfirmed { step: 0, fence });
-    let effects = sim.input(Input::Cancel { by: "alice".into() });
+    let effects = sim.input(Input::Cancel { by: "alice".into(), reason: None });
     assert!(effects.intents.contains(&Intent::Kill {
         step: 0,
         fence,
@@ -503,7 +508,8 @@ fn cancel_kills_in_flight_cancels_pending_and_ends_cancelled() {
     let rejected = sim.engine.handle(
         &mut sim.run,
         &mut sim.fences,
-        Input::Cancel { by: "bob".into() },
+        &mut crate::engine::Unlimited,
+        Input::Cancel { by: "bob".into(), reason: None },
         sim.now,
     );
     assert_eq!(rejected, Err(RejectedInput::RunTerminal("cancelled")));
@@ -513,7 +519,7 @@ fn cancel_kills_in_flight_cancels_pending_and_ends_cancelled() {
 fn cancel_during_backoff_stops_the_retry() {
     let mut sim = Sim::new(vec![step("a", &[], Some(policy(on(&["step"]), 3)))]);
     sim.finish(0, Outcome::Failed(FailureClass::Step));
-    sim.input(Input::Cancel { by: "alice".into() });
+    sim.input(Input::Cancel { by: "alice".into(), reason: None });
     assert_eq!(sim.run.header.state, RunState::Cancelled);
     sim.input(Input::TimerFired(Timer::RetryDue { step: 0 }));
     assert_eq!(sim.run.steps[0].attempts.len(), 1);
@@ -612,6 +618,7 @@ fn an_undeliverable_launch_dead_letters_and_a_requeue_relaunches_the_same_attemp
         sim.engine.handle(
             &mut sim.run,
             &mut sim.fences,
+            &mut crate::engine::Unlimited,
             Input::Requeue {
                 step: 0,
                 fence: Fence(999)
@@ -645,6 +652,7 @@ fn a_failed_step_cannot_be_requeued() {
     let rejected = sim.engine.handle(
         &mut sim.run,
         &mut sim.fences,
+        &mut crate::engine::Unlimited,
         Input::Requeue { step: 0, fence },
         sim.now,
     );
@@ -666,6 +674,7 @@ fn a_run_known_only_by_its_header_is_quarantined_and_discarded_by_the_engine() {
         cancel: None,
         budget: None,
         auto_retry: AutoRetryState::default(),
+        admission: Default::default(),
     };
     let now = T0.plus(Duration::from_secs(5));
     let quarantine = || Input::Quarantine {
@@ -697,7 +706,7 @@ fn a_run_known_only_by_its_header_is_quarantined_and_discarded_by_the_engine() {
             .is_err()
     );
     assert!(matches!(
-        engine.handle_header(&mut header, Input::Cancel { by: "x".into() }, now),
+        engine.handle_header(&mut header, Input::Cancel { by: "x".into(), reason: None }, now),
         Err(RejectedInput::NeedsPipeline)
     ));
     assert_eq!(header, before, "refusals change nothing");

@@ -15,6 +15,8 @@ pub enum Wait {
     Launch { step: usize, fence: Fence },
     /// An open gate: a person (or its timers) decides.
     Gate { step: usize },
+    /// A queued step: admission control starts it when its slot is free.
+    Admission { step: usize },
 }
 
 /// A run that waits on nothing: it would never move again.
@@ -69,6 +71,7 @@ pub fn waits(run: &Run) -> Result<Vec<Wait>, Stuck> {
                     )));
                 }
             },
+            StepState::Queued { .. } => found.push(Wait::Admission { step }),
             StepState::RetryWaiting { due } => found.push(Wait::Timer {
                 due: *due,
                 timer: Timer::RetryDue { step },
@@ -109,10 +112,12 @@ pub fn waits(run: &Run) -> Result<Vec<Wait>, Stuck> {
             }
         }
     }
-    let busy = run
-        .steps
-        .iter()
-        .any(|s| matches!(s.state, StepState::Active | StepState::RetryWaiting { .. }));
+    let busy = run.steps.iter().any(|s| {
+        matches!(
+            s.state,
+            StepState::Active | StepState::Queued { .. } | StepState::RetryWaiting { .. }
+        )
+    });
     let gated = run.steps.iter().any(|s| s.state == StepState::Waiting);
     if !busy && !gated {
         return Err(stuck(format!(

@@ -31,6 +31,23 @@ pub struct PipelineDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "String")]
     pub budget: Option<String>,
+    /// Admission order of the pipeline's runs, -1000 to 1000 (default 0): when steps wait
+    /// for a slot, higher priority goes first, ties in submit order. Waiting ages a run:
+    /// one point of priority is worth `engine.priority_aging` of waiting, so nothing waits
+    /// forever behind later arrivals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "i32", range(min = limits::PRIORITY_MIN, max = limits::PRIORITY_MAX))]
+    pub priority: Option<i32>,
+    /// At most this many steps of one run active at once, 1 to 100. Absent: no per-run
+    /// cap (the pools still apply).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u32", range(min = 1, max = limits::STEPS_MAX))]
+    pub parallelism: Option<u32>,
+    /// The runs' concurrency group: runs that share `group` share `limit` run slots, each
+    /// held from the run's admission until it ends (gate waits included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "ConcurrencyDoc")]
+    pub concurrency: Option<ConcurrencyDoc>,
     /// Defaults for every step with `executor: kubernetes`; a step's own field wins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "KubernetesDoc")]
@@ -114,6 +131,17 @@ pub struct StepDoc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "RetryDoc")]
     pub retry: Option<RetryDoc>,
+    /// Local steps: how many slots of `engine.max_parallel_local` the step takes while it
+    /// is active, 1 (the default) to the pool's limit, checked at submit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u32", range(min = 1, max = limits::SLOTS_MAX))]
+    pub slots: Option<u32>,
+    /// Named locks (`[[locks]]` of the configuration) the step holds while it is active,
+    /// taken all at once or not at all: at most 8 distinct names of `[A-Za-z0-9_.-]`.
+    /// A name the configuration does not have is refused at submit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = limits::LOCKS_PER_STEP_MAX))]
+    pub locks: Vec<LockName>,
     /// Makes the step an approval gate: it runs nothing and waits until someone approves or
     /// rejects it (CLI, API or web), or one of its timers fires. A gate step has only
     /// `name`, `needs` and `gate`; `gate: {}` waits forever.
@@ -142,6 +170,37 @@ pub struct GateDoc {
     #[schemars(with = "String", length(max = limits::GATE_MESSAGE_MAX_BYTES))]
     pub message: Option<String>,
 }
+
+/// A concurrency group.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConcurrencyDoc {
+    /// The group's name: 1 to 128 bytes of `[A-Za-z0-9_.-]`.
+    #[schemars(
+        length(min = 1, max = limits::GROUP_NAME_MAX_BYTES),
+        regex(pattern = r"^[A-Za-z0-9_.-]+$")
+    )]
+    pub group: String,
+    /// Runs of the group in progress at once, 1 to 10000 (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "u32", range(min = 1, max = limits::GROUP_LIMIT_MAX))]
+    pub limit: Option<u32>,
+    /// A newer run cancels the group's older runs that are still waiting for a slot
+    /// (reason `superseded`). Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supersede: Option<bool>,
+}
+
+/// A named lock of the configuration.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(transparent)]
+pub struct LockName(
+    #[schemars(
+        length(min = 1, max = limits::LOCK_NAME_MAX_BYTES),
+        regex(pattern = r"^[A-Za-z0-9_.-]+$")
+    )]
+    pub String,
+);
 
 /// When and how often a step is re-run after it started and failed.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]

@@ -19,7 +19,23 @@ pub struct Pipeline {
     pub name: String,
     /// Opt-in active-time budget of a run: time with only gates left does not count.
     pub budget: Option<Duration>,
+    /// Admission order: higher first, ties in submit order (docs/admission.md).
+    pub priority: i32,
+    /// At most this many of a run's steps active at once.
+    pub parallelism: Option<u32>,
+    /// The run's concurrency group, if any.
+    pub concurrency: Option<Concurrency>,
     pub steps: Vec<Step>,
+}
+
+/// Runs that share `group` share `limit` run slots, each held from the run's admission
+/// to the group until the run ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Concurrency {
+    pub group: String,
+    pub limit: u32,
+    /// A newer run cancels the group's runs that are still waiting for a slot.
+    pub supersede: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -31,6 +47,11 @@ pub struct Step {
     /// `None` means the global default step timeout applies.
     pub timeout: Option<Duration>,
     pub retry: Option<RetryPolicy>,
+    /// Slots of the step's pool it takes while active: 1 for a Pod, `slots:` (default 1)
+    /// for a local step, 0 for a gate (which takes none).
+    pub slots: u32,
+    /// Named locks of the configuration, taken all at once while the step is active.
+    pub locks: Vec<String>,
     pub action: StepAction,
 }
 

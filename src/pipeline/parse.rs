@@ -16,7 +16,7 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::{Location, MessageFormatter, Spanned, UserMessageFormatter};
 
 use super::{
-    Backoff, GateSpec, LocalCommand, Pipeline, PodTemplate, Resources, RetryOn, RetryPolicy, Step,
+    Backoff, Concurrency, GateSpec, LocalCommand, Pipeline, PodTemplate, Resources, RetryOn, RetryPolicy, Step,
     StepAction,
 };
 use crate::limits;
@@ -92,7 +92,16 @@ fn pipeline_warnings(pipeline: &Pipeline) -> Vec<String> {
 
 // --- The field names the walker accepts (kept equal to `doc` by tests) ---------------
 
-const PIPELINE_FIELDS: &[&str] = &["name", "budget", "kubernetes", "steps"];
+const PIPELINE_FIELDS: &[&str] = &[
+    "name",
+    "budget",
+    "priority",
+    "parallelism",
+    "concurrency",
+    "kubernetes",
+    "steps",
+];
+const CONCURRENCY_FIELDS: &[&str] = &["group", "limit", "supersede"];
 const STEP_FIELDS: &[&str] = &[
     "name",
     "executor",
@@ -108,6 +117,8 @@ const STEP_FIELDS: &[&str] = &[
     "resources",
     "service_account",
     "node_selector",
+    "slots",
+    "locks",
     "gate",
 ];
 /// Step fields that only a Kubernetes step may have.
@@ -162,7 +173,7 @@ struct Node {
 #[derive(Debug)]
 enum Value {
     Null,
-    Bool,
+    Bool(bool),
     Int(i128),
     Float(f64),
     Str(String),
@@ -188,7 +199,7 @@ impl Value {
     fn kind(&self) -> &'static str {
         match self {
             Value::Null => "null",
-            Value::Bool => "a boolean",
+            Value::Bool(_) => "a boolean",
             Value::Int(_) => "an integer",
             Value::Float(_) => "a number",
             Value::Str(_) => "a string",
@@ -300,8 +311,8 @@ where
         f.write_str("a mapping, list, string, number, boolean or null")
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Value, E> {
-        Ok(Value::Bool)
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
     }
 
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
@@ -743,6 +754,22 @@ fn check_pipeline(root: &Node, errors: &mut Errors) -> Option<Pipeline> {
         check_duration(field, limits::BUDGET_MIN, limits::BUDGET_MAX, errors)
     });
     // Defaults that do not validate are reported; steps then check against none.
+    let priority = optional(fields.get("priority"), |field| {
+        let value = check_integer(
+            field,
+            limits::PRIORITY_MIN.into(),
+            limits::PRIORITY_MAX.into(),
+            errors,
+        )?;
+        i32::try_from(value).ok()
+    });
+    let parallelism = optional(fields.get("parallelism"), |field| {
+        let value = check_integer(field, 1, limits::STEPS_MAX as i128, errors)?;
+        u32::try_from(value).ok()
+    });
+    let concurrency = optional(fields.get("concurrency"), |field| {
+        check_concurrency(field, errors)
+    });
     let defaults = optional(fields.get("kubernetes"), |field| {
         check_pod_defaults(field, errors)
     })
@@ -754,8 +781,94 @@ fn check_pipeline(root: &Node, errors: &mut Errors) -> Option<Pipeline> {
     Some(Pipeline {
         name: name?,
         budget: budget?,
+        priority: priority?.unwrap_or(0),
+        parallelism: parallelism?,
+        concurrency: concurrency?,
         steps: steps?,
     })
+}
+
+/// `concurrency: {group, limit, supersede}`: runs sharing a group share its run slots.
+fn check_concurrency(field: &Field, errors: &mut Errors) -> Option<Concurrency> {
+    let fields = as_fields(field, CONCURRENCY_FIELDS, errors)?;
+    let group = fields.required("group", errors).and_then(|field| {
+        let name = as_str(&field, errors)?;
+        match limits::check_admission_name(name, limits::GROUP_NAME_MAX_BYTES) {
+            Ok(()) => Some(name.to_owned()),
+            Err(problem) => {
+                errors.at(&field, problem);
+                None
+            }
+        }
+    });
+    let limit = optional(fields.get("limit"), |field| {
+        let value = check_integer(field, 1, limits::GROUP_LIMIT_MAX.into(), errors)?;
+        u32::try_from(value).ok()
+    });
+    let supersede = optional(fields.get("supersede"), |field| check_bool(field, errors));
+    Some(Concurrency {
+        group: group?,
+        limit: limit?.unwrap_or(1),
+        supersede: supersede?.unwrap_or(false),
+    })
+}
+
+fn check_bool(field: &Field, errors: &mut Errors) -> Option<bool> {
+    if let Value::Bool(value) = field.node.value {
+        return Some(value);
+    }
+    errors.at(field, format!("must be true or false (found {})", field.found()));
+    None
+}
+
+/// `slots: N` of a local step: how many of `engine.max_parallel_local` it takes.
+fn check_slots(fields: &Fields, pod: bool, errors: &mut Errors) -> Option<u32> {
+    let Some(field) = fields.get("slots") else {
+        return Some(1);
+    };
+    if pod {
+        errors.at(
+            &field,
+            "only for local steps: a Pod takes one slot of kubernetes.max_pods",
+        );
+        return None;
+    }
+    let value = check_integer(&field, 1, limits::SLOTS_MAX.into(), errors)?;
+    u32::try_from(value).ok()
+}
+
+/// `locks: [NAME, ...]`: named locks of the configuration, taken all at once.
+fn check_locks(field: &Field, errors: &mut Errors) -> Option<Vec<String>> {
+    let items = as_seq(field, "lock names", errors)?;
+    if items.len() > limits::LOCKS_PER_STEP_MAX {
+        errors.at(
+            field,
+            format!(
+                "must name at most {} locks (found {})",
+                limits::LOCKS_PER_STEP_MAX,
+                items.len()
+            ),
+        );
+        return None;
+    }
+    let mut names: Vec<String> = Vec::new();
+    let mut valid = true;
+    for item in &items {
+        let Some(name) = as_str(item, errors) else {
+            valid = false;
+            continue;
+        };
+        if let Err(problem) = limits::check_admission_name(name, limits::LOCK_NAME_MAX_BYTES) {
+            errors.at(item, problem);
+            valid = false;
+        } else if names.iter().any(|n| n == name) {
+            errors.at(item, format!("lock {name:?} is named twice"));
+            valid = false;
+        } else {
+            names.push(name.to_owned());
+        }
+    }
+    valid.then_some(names)
 }
 
 fn check_pipeline_name(field: &Field, errors: &mut Errors) -> Option<String> {
@@ -931,6 +1044,8 @@ fn check_step_body(
             needs: Vec::new(),
             timeout: None,
             retry: None,
+            slots: 0,
+            locks: Vec::new(),
             action: StepAction::Gate(gate?),
         });
     }
@@ -951,11 +1066,16 @@ fn check_step_body(
         )
     });
     let retry = optional(fields.get("retry"), |field| check_retry(field, errors));
+    let pod = matches!(executor, Some(Some(Executor::Kubernetes)));
+    let slots = check_slots(fields, pod, errors);
+    let locks = optional(fields.get("locks"), |field| check_locks(field, errors));
     Some(Step {
         name: name?,
         needs: Vec::new(),
         timeout: timeout?,
         retry: retry?,
+        slots: slots?,
+        locks: locks?.unwrap_or_default(),
         action: action?,
     })
 }
@@ -1019,6 +1139,7 @@ fn gate_lacks(key: &str) -> &'static str {
         "executor" => "has no executor",
         "timeout" => "has no timeout; bound its wait with gate.expires",
         "retry" => "is never retried",
+        "slots" | "locks" => "takes no slot or lock (the run's concurrency group applies)",
         _ => "runs nothing",
     }
 }
@@ -2123,7 +2244,7 @@ steps:
             &format!("{}timeout: 2h\n", one_step("")),
             "timeout",
             5,
-            "known fields: name, budget, kubernetes, steps",
+            "known fields: name, budget, priority, parallelism, concurrency, kubernetes, steps",
         );
     }
 
@@ -2945,6 +3066,7 @@ steps:
             (Some("KubernetesDoc"), KUBERNETES_FIELDS),
             (Some("ResourcesDoc"), RESOURCES_FIELDS),
             (Some("GateDoc"), GATE_FIELDS),
+            (Some("ConcurrencyDoc"), CONCURRENCY_FIELDS),
         ] {
             assert_eq!(
                 schema_properties(&schema, definition),

@@ -75,7 +75,8 @@ fn missing(
                     )));
                 }
             }
-            Wait::Gate { .. } => {}
+            // Admission control holds what waits for a slot (engine::admission).
+            Wait::Gate { .. } | Wait::Admission { .. } => {}
         }
     }
     Ok(None)

@@ -87,7 +87,13 @@ fn render(header: &RunHeader, run: Option<&Run>, event: &Event, at: Timestamp) -
             "kill_requested",
             json!({"step": name(step), "fence": fence.0, "reason": reason.as_str()}),
         ),
-        Event::CancelRequested { by } => ("cancel_requested", json!({"by": by})),
+        Event::CancelRequested { by, reason } => {
+            ("cancel_requested", json!({"by": by, "reason": reason}))
+        }
+        Event::Admitted { step, waited_ms } => (
+            "admitted",
+            json!({"step": name(step), "waited_ms": waited_ms}),
+        ),
         Event::GateOpened { step } => {
             let gate = run
                 .and_then(|run| run.steps.get(*step))

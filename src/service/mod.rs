@@ -461,16 +461,26 @@ impl Service {
         source: PipelineSource,
         pipeline: Arc<Pipeline>,
         origin: String,
+        admission: crate::engine::RunAdmission,
         idempotency_key: Option<String>,
     ) -> Result<Submitted, SubmitError> {
         self.request(|reply| Command::Submit {
             source,
             pipeline,
             origin,
+            admission,
             idempotency_key,
             reply,
         })
         .await
+    }
+
+    /// Admission control as it stands: pools, locks, and what waits (for one run, or all).
+    pub async fn queue(
+        &self,
+        run: Option<RunId>,
+    ) -> Result<protocol::QueueView, ShuttingDown> {
+        self.ask(|reply| Command::Queue { run, reply }).await
     }
 
     /// Puts a dead letter back in the outbox with a fresh delivery budget.

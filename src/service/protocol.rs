@@ -100,14 +100,36 @@ pub struct DeliveryFailure {
     pub unavailable: bool,
 }
 
+/// Admission control's state, as `GET /v1/queue` shows it.
+#[derive(Clone, Debug)]
+pub struct QueueView {
+    /// (pool, slots in use, limit).
+    pub pools: Vec<(&'static str, u64, u32)>,
+    /// (lock, holders, limit).
+    pub locks: Vec<(String, u32, u32)>,
+    /// Queued steps by what they wait for.
+    pub waiting: Vec<(&'static str, usize)>,
+    /// Queued steps in admission order (at most `limits::QUEUE_LIST_MAX`).
+    pub waits: Vec<crate::engine::admission::Wait>,
+}
+
 /// Everything the driver loop is asked, each with where its answer goes.
 pub enum Command {
     Submit {
         source: PipelineSource,
         pipeline: Arc<Pipeline>,
         origin: String,
+        /// The run's priority, parallelism and concurrency group (the pipeline's, or the
+        /// submitter's).
+        admission: crate::engine::RunAdmission,
         idempotency_key: Option<String>,
         reply: Answer<Submitted, SubmitRejected>,
+    },
+    /// Admission control as it stands: the pools, the locks and what waits (all runs, or
+    /// one run's queued steps).
+    Queue {
+        run: Option<RunId>,
+        reply: oneshot::Sender<QueueView>,
     },
     Cancel {
         run: RunId,

@@ -59,7 +59,13 @@ async fn submit(running: &Running) -> RunId {
     };
     running
         .service
-        .submit(source, Arc::new(outcome.pipeline), "local".into(), None)
+        .submit(
+            source,
+            Arc::new(outcome.pipeline.clone()),
+            "local".into(),
+            crate::engine::RunAdmission::of(&outcome.pipeline),
+            None,
+        )
         .await
         .expect("submit")
         .id

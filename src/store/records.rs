@@ -1,10 +1,11 @@
 //! What the store holds, as the rest of Scarab sees it: pipelines as submitted, outbox
 //! messages, history events, timer keys, and [`Record`] for each stored kind, engine
 //! state included. These types carry no serde: the bytes on disk are the versioned
-//! record types of `v2` and `v3` (and of each later format), converted here.
+//! record types of `v2`, `v3` and `v4` (and of each later format), converted here.
 
 pub mod v2;
 pub mod v3;
+pub mod v4;
 
 use crate::engine::{self, Fence, KillReason, RunId, Timestamp};
 use crate::store::codec::{self, CodecError, Record};
@@ -297,25 +298,27 @@ macro_rules! record {
 }
 
 record!(engine::RunHeader, "run",
-    to: v3::RunHeader::from,
-    2 | 3 => |r: v2::RunHeader| engine::RunHeader::try_from(r));
+    to: v4::RunHeader::from,
+    2 | 3 => |r: v2::RunHeader| engine::RunHeader::try_from(r),
+    4 => |r: v4::RunHeader| engine::RunHeader::try_from(r));
 record!(engine::RunStep, "step",
-    to: v3::step_row,
-    2 | 3 => v2::step_from_row);
+    to: v4::step_row,
+    2 | 3 => v2::step_from_row,
+    4 => v4::step_from_row);
 record!(engine::Attempt, "attempt",
-    to: v3::Attempt::from,
-    2 | 3 => |r: v2::Attempt| engine::Attempt::try_from(r));
+    to: v4::Attempt::from,
+    2 | 3 | 4 => |r: v2::Attempt| engine::Attempt::try_from(r));
 record!(PipelineSource, "pipeline",
-    to: v3::PipelineSource::from,
-    2 | 3 => |r: v2::PipelineSource| Ok(PipelineSource::from(r)));
+    to: v4::PipelineSource::from,
+    2 | 3 | 4 => |r: v2::PipelineSource| Ok(PipelineSource::from(r)));
 record!(OutboxMessage, "outbox_message",
-    to: v3::OutboxMessage::from,
+    to: v4::OutboxMessage::from,
     2 => |r: v2::OutboxMessage| OutboxMessage::try_from(r),
-    3 => |r: v3::OutboxMessage| OutboxMessage::try_from(r));
+    3 | 4 => |r: v3::OutboxMessage| OutboxMessage::try_from(r));
 record!(DeadLetter, "dead_letter",
-    to: v3::DeadLetter::from,
+    to: v4::DeadLetter::from,
     2 => |r: v2::DeadLetter| DeadLetter::try_from(r),
-    3 => |r: v3::DeadLetter| DeadLetter::try_from(r));
+    3 | 4 => |r: v3::DeadLetter| DeadLetter::try_from(r));
 record!(HistoryRecord, "history",
-    to: v3::HistoryRecord::from,
-    2 | 3 => |r: v2::HistoryRecord| Ok(HistoryRecord::from(r)));
+    to: v4::HistoryRecord::from,
+    2 | 3 | 4 => |r: v2::HistoryRecord| Ok(HistoryRecord::from(r)));

@@ -24,6 +24,7 @@ fn header(id: u128, state: RunState, at: u64) -> RunHeader {
         cancel: None,
         budget: None,
         auto_retry: Default::default(),
+        admission: Default::default(),
     }
 }
 

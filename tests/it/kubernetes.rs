@@ -685,6 +685,7 @@ fn readopt_10k_pods_benchmark() {
             cancel: None,
             budget: None,
             auto_retry: Default::default(),
+            admission: Default::default(),
         };
         tx.put_pipeline(
             run,

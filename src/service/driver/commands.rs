@@ -15,12 +15,24 @@ impl<E: Executor> Driver<E> {
                 source,
                 pipeline,
                 origin,
+                admission,
                 idempotency_key,
                 reply,
             } => {
-                let submitted =
-                    self.submit(tx, source, pipeline, origin, idempotency_key, now, batch)?;
+                let submitted = self.submit(
+                    tx,
+                    source,
+                    pipeline,
+                    origin,
+                    admission,
+                    idempotency_key,
+                    now,
+                    batch,
+                )?;
                 batch.replies.push(answer(reply, submitted));
+            }
+            Command::Queue { run, reply } => {
+                let _ = reply.send(self.queue_view(run));
             }
             Command::Cancel { run, by, reply } => {
                 let result = self.cancel(tx, run, by, now, batch)?;
@@ -117,6 +129,7 @@ impl<E: Executor> Driver<E> {
         source: PipelineSource,
         pipeline: Arc<Pipeline>,
         origin: String,
+        admission: crate::engine::RunAdmission,
         idempotency_key: Option<String>,
         now: Timestamp,
         batch: &mut Batch,
@@ -136,17 +149,37 @@ impl<E: Executor> Driver<E> {
                 existing: true,
             }));
         }
-        let id = RunId(ulid::Ulid::from_parts(now.0, rand_bits()).0);
-        let (run, effects) = self
-            .engine
-            .submit(id, pipeline, origin, &mut self.fences, now);
+        let id = self.next_run_id(now);
+        let group = admission.group.clone();
+        let (run, effects) = self.engine.submit(
+            id,
+            pipeline,
+            origin,
+            admission,
+            &mut self.fences,
+            &mut self.scheduler,
+            now,
+        );
         tx.put_pipeline(id, &source)?;
         if let Some(key) = &idempotency_key {
             tx.idempotency_put(key, id)?;
         }
         batch.touched.insert(id, Touched::default());
+        self.scheduler.sync(&run);
         self.runs.insert(id, run);
         self.record(tx, id, effects, now, batch)?;
+        if let Some(group) = group.filter(|g| g.supersede) {
+            // The group's older runs that are still waiting for a slot make way.
+            for older in self.scheduler.group_waiting(&group.group) {
+                if older < id {
+                    let cancel = Input::Cancel {
+                        by: format!("run {id}"),
+                        reason: Some(SUPERSEDED.to_string()),
+                    };
+                    let _ = self.apply_input(tx, older, cancel, now, batch)?;
+                }
+            }
+        }
         Ok(Ok(Submitted {
             id,
             existing: false,
@@ -170,7 +203,7 @@ impl<E: Executor> Driver<E> {
             });
         }
         Ok(self
-            .apply_input(tx, id, Input::Cancel { by }, now, batch)?
+            .apply_input(tx, id, Input::Cancel { by, reason: None }, now, batch)?
             .map_err(|rejected| RunRejected::Rejected(rejected.to_string())))
     }
 
@@ -412,7 +445,13 @@ impl<E: Executor> Driver<E> {
             // A finished run refuses every decision without changing anything.
             let mut scratch = self.fences;
             return Ok(
-                match self.engine.handle(&mut run, &mut scratch, input(step), now) {
+                match self.engine.handle(
+                    &mut run,
+                    &mut scratch,
+                    &mut crate::engine::Unlimited,
+                    input(step),
+                    now,
+                ) {
                     Err(rejected) => Err(rejected.into()),
                     Ok(_) => Err(RejectedInput::RunTerminal(run.header.state.as_str()).into()),
                 },
@@ -433,6 +472,54 @@ impl<E: Executor> Driver<E> {
             run: id,
             error: "the decision was not recorded".into(),
         }))
+    }
+}
+
+/// The cancel reason of a run a newer run of its concurrency group superseded.
+pub const SUPERSEDED: &str = "superseded";
+
+impl<E: Executor> Driver<E> {
+    fn queue_view(&self, run: Option<RunId>) -> super::super::protocol::QueueView {
+        use crate::engine::admission::{Pool, WaitingFor};
+        let scheduler = &self.scheduler;
+        let limits = scheduler.limits();
+        let waits = match run {
+            Some(id) => match self.runs.get(&id) {
+                Some(run) => (0..run.steps.len())
+                    .filter_map(|step| scheduler.wait(id, step))
+                    .collect(),
+                None => Vec::new(),
+            },
+            None => scheduler.queue(limits::QUEUE_LIST_MAX),
+        };
+        super::super::protocol::QueueView {
+            pools: Pool::ALL
+                .into_iter()
+                .map(|p| (p.as_str(), scheduler.used(p), limits.pool(p)))
+                .collect(),
+            locks: limits
+                .locks
+                .iter()
+                .map(|(name, limit)| (name.clone(), scheduler.lock_used(name), *limit))
+                .collect(),
+            waiting: WaitingFor::ALL
+                .into_iter()
+                .map(|w| (w.as_str(), scheduler.waiting(w)))
+                .collect(),
+            waits,
+        }
+    }
+
+    /// A new run's id: a ULID of `now`, above every id this driver issued, so ids sort in
+    /// submit order (admission's tie-break) even within one millisecond.
+    fn next_run_id(&mut self, now: Timestamp) -> RunId {
+        let fresh = RunId(ulid::Ulid::from_parts(now.0, rand_bits()).0);
+        let id = match self.last_run_id {
+            Some(last) if fresh <= last => RunId(last.0 + 1),
+            _ => fresh,
+        };
+        self.last_run_id = Some(id);
+        id
     }
 }
 

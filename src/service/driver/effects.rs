@@ -80,12 +80,68 @@ impl<E: Executor> Driver<E> {
             previous_sweep_key,
             ..Touched::default()
         });
-        match self.engine.handle(run, &mut self.fences, input, now) {
+        match self
+            .engine
+            .handle(run, &mut self.fences, &mut self.scheduler, input, now)
+        {
             Ok(effects) => {
+                self.scheduler.sync(run);
                 self.record(tx, id, effects, now, batch)?;
                 Ok(Ok(()))
             }
             Err(rejected) => Ok(Err(rejected)),
+        }
+    }
+
+    /// Admits the steps the scheduler decided on, in the open transaction: what freed
+    /// their slots commits together with their launches. Each admission may decide more
+    /// (a gate that opens, a run that ends); the loop runs until none is left.
+    pub(super) fn admit_decided(
+        &mut self,
+        tx: &mut WriteTx,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        loop {
+            let decided = self.scheduler.take_decided();
+            if decided.is_empty() {
+                return Ok(());
+            }
+            for (id, step) in decided {
+                if self.runs.contains_key(&id) {
+                    let _ = self.apply_input(tx, id, Input::Admit { step }, now, batch)?;
+                } else {
+                    self.scheduler.forget(id);
+                }
+            }
+        }
+    }
+
+    /// Takes a reloaded configuration's limits (SIGHUP) at the start of a batch.
+    pub(super) fn apply_limits(&mut self) {
+        let live = self.settings.live();
+        if *self.scheduler.limits() != live.admission {
+            tracing::info!(
+                local = live.admission.local,
+                pods = live.admission.pods,
+                locks = live.admission.locks.len(),
+                "admission limits changed"
+            );
+            self.scheduler.set_limits(live.admission.clone());
+        }
+    }
+
+    /// Slots in use and queued steps, for `/metrics`.
+    pub(super) fn publish_admission(&self) {
+        use crate::engine::admission::{Pool, WaitingFor};
+        for pool in Pool::ALL {
+            let limit = self.scheduler.limits().pool(pool);
+            self.metrics
+                .pool(pool.as_str(), self.scheduler.used(pool), u64::from(limit));
+        }
+        for reason in WaitingFor::ALL {
+            self.metrics
+                .queued(reason.as_str(), self.scheduler.waiting(reason));
         }
     }
 
@@ -118,6 +174,9 @@ impl<E: Executor> Driver<E> {
                     .counts
                     .push(Count::AttemptFinished(class.map_or("none", |c| c.as_str()))),
                 crate::engine::Event::RetryScheduled { .. } => batch.counts.push(Count::Retry),
+                crate::engine::Event::Admitted { waited_ms, .. } => {
+                    batch.counts.push(Count::Admitted(*waited_ms))
+                }
                 _ => {}
             }
         }

@@ -33,6 +33,7 @@ use super::protocol::{
 use super::{Settings, history, webhooks};
 use crate::clock;
 use crate::config::WebhookEvent;
+use crate::engine::admission::Scheduler;
 use crate::engine::{
     Effects, Engine, FenceCounter, Input, Intent, RejectedInput, Run, RunId, RunState, Timer,
     Timestamp, Undelivered,
@@ -57,6 +58,10 @@ pub struct Driver<E: Executor> {
     fences: FenceCounter,
     next_timer: Option<Timestamp>,
     metrics: Arc<crate::metrics::Metrics>,
+    /// Admission control: who holds which slot and who waits, rebuilt from `runs`.
+    scheduler: Scheduler,
+    /// The last run id issued, so the next one sorts after it.
+    last_run_id: Option<RunId>,
 }
 
 /// What one batch changed, to write once per run at its end.
@@ -106,6 +111,8 @@ enum Count {
     AttemptFinished(&'static str),
     Retry,
     DeadLetter,
+    /// A queued step was admitted after waiting this long.
+    Admitted(u64),
 }
 
 enum Pending {
@@ -124,6 +131,12 @@ impl<E: Executor> Driver<E> {
         self.readopt(Some(ready));
         self.outbox.wake();
         loop {
+            if self.scheduler.has_decided() {
+                // Admissions decided outside a batch (at start, after a reload of the
+                // limits) are committed before anything else.
+                self.commit(Vec::new()).await;
+                continue;
+            }
             let timer_wait = self.next_timer.map(|due| due.since(clock::now()));
             let mut batch = Vec::new();
             tokio::select! {
@@ -151,6 +164,7 @@ impl<E: Executor> Driver<E> {
         let now = clock::now();
         let started = std::time::Instant::now();
         let mut batch = Batch::default();
+        self.apply_limits();
         let result = self.store.write().and_then(|mut tx| {
             self.fire_timers(&mut tx, now, &mut batch)?;
             for item in pending {
@@ -161,6 +175,7 @@ impl<E: Executor> Driver<E> {
                     Pending::Report(report) => self.on_report(&mut tx, report, now, &mut batch)?,
                 }
             }
+            self.admit_decided(&mut tx, now, &mut batch)?;
             self.flush(&mut tx, &batch)?;
             tx.set_fence_next(self.fences.next_value())?;
             tx.commit()
@@ -190,8 +205,10 @@ impl<E: Executor> Driver<E> {
                 Count::DeadLetter => {
                     self.metrics.dead_letters.inc();
                 }
+                Count::Admitted(waited_ms) => self.metrics.admitted(*waited_ms),
             }
         }
+        self.publish_admission();
         for reply in batch.replies {
             reply(None);
         }

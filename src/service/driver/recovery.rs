@@ -12,6 +12,7 @@ impl<E: Executor> Driver<E> {
         metrics: Arc<crate::metrics::Metrics>,
     ) -> Result<Driver<E>, StoreError> {
         let engine = Engine::new(settings.engine.clone());
+        let scheduler = Scheduler::new(settings.live().admission.clone());
         let mut driver = Driver {
             store,
             settings,
@@ -21,6 +22,8 @@ impl<E: Executor> Driver<E> {
             runs: HashMap::new(),
             fences: FenceCounter::starting_at(1),
             next_timer: None,
+            scheduler,
+            last_run_id: None,
             metrics,
         };
         driver.reload().await?;
@@ -58,6 +61,10 @@ impl<E: Executor> Driver<E> {
         }
         self.next_timer = read.next_timer_due()?;
         drop(read);
+        // Every active step of the loaded runs (re-adopted below) holds its slots and
+        // locks before anything new is admitted.
+        self.scheduler = Scheduler::new(self.settings.live().admission.clone());
+        self.scheduler.sync_all(self.runs.values());
         let inflight = self.in_flight(|_| true);
         match self
             .executor

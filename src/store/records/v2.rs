@@ -23,7 +23,7 @@ pub struct Implausible {
     pub problem: String,
 }
 
-fn implausible(
+pub(super) fn implausible(
     record: &'static str,
     field: &'static str,
     problem: impl Into<String>,
@@ -183,6 +183,7 @@ impl TryFrom<RunHeader> for engine::RunHeader {
             cancel: header.cancel.map(|c| engine::CancelRequest {
                 by: c.by,
                 at: at(c.at),
+                reason: None,
             }),
             budget: header.budget.map(|b| engine::BudgetClock {
                 limit_ms: b.limit_ms,
@@ -198,6 +199,8 @@ impl TryFrom<RunHeader> for engine::RunHeader {
                 quarantined: header.auto_retry.quarantined,
                 discarded: header.auto_retry.discarded,
             },
+            // Format 2 predates admission control: no priority, no group.
+            admission: engine::RunAdmission::default(),
         })
     }
 }
@@ -249,7 +252,9 @@ pub enum GateOutcome {
 /// A step's row, without its attempts (they are rows of their own).
 pub fn step_row(progress: &engine::RunStep) -> StepRow {
     let state = match &progress.state {
-        engine::StepState::Pending => StepState::Pending,
+        // Format 2 has no queued steps; this build writes format 4 (`v4::step_row`),
+        // which keeps `Queued` apart.
+        engine::StepState::Pending | engine::StepState::Queued { .. } => StepState::Pending,
         engine::StepState::Active => StepState::Active,
         engine::StepState::RetryWaiting { due } => StepState::RetryWaiting { due: due.0 },
         engine::StepState::Succeeded => StepState::Succeeded,
