@@ -14,8 +14,12 @@ pub struct RunDetail {
     pub created_at: String,
     pub updated_at: String,
     pub cancel_requested_by: Option<String>,
+    /// Why the system cancelled the run (`superseded`); null for a person's cancel.
+    pub cancel_reason: Option<String>,
     /// The active-time budget, for pipelines that set one.
     pub budget: Option<BudgetDto>,
+    /// The run's place in admission control.
+    pub admission: AdmissionDto,
     pub steps: Vec<StepDetail>,
     pub failure_classification: Option<ClassificationDto>,
     pub auto_retry: AutoRetryDto,
@@ -33,6 +37,79 @@ pub struct StepDetail {
     /// Attempts of earlier tries (before an auto-retry resubmit), not listed here.
     pub earlier_attempts: usize,
     pub attempts: Vec<AttemptDto>,
+    /// What a queued step waits for; null for a step that is not queued.
+    pub waiting_for: Option<WaitDto>,
+}
+
+#[derive(Serialize)]
+pub struct AdmissionDto {
+    pub priority: i32,
+    pub parallelism: Option<u32>,
+    pub concurrency: Option<ConcurrencyDto>,
+}
+
+#[derive(Serialize)]
+pub struct ConcurrencyDto {
+    pub group: String,
+    pub limit: u32,
+    pub supersede: bool,
+    /// The run holds a slot of its group (from its first admission until it ends).
+    pub held: bool,
+}
+
+#[derive(Serialize)]
+pub struct WaitDto {
+    /// `pool`, `lock`, `group` or `parallelism`.
+    pub reason: &'static str,
+    /// The pool (`local`, `kubernetes`), the lock, the group, or the run's id.
+    pub name: String,
+    /// 1 for the first in that queue.
+    pub position: usize,
+    pub since: String,
+}
+
+impl From<&crate::engine::admission::Wait> for WaitDto {
+    fn from(wait: &crate::engine::admission::Wait) -> Self {
+        WaitDto {
+            reason: wait.reason.as_str(),
+            name: wait.name.clone(),
+            position: wait.position,
+            since: rfc3339(wait.since),
+        }
+    }
+}
+
+/// `GET /v1/queue`.
+#[derive(Serialize)]
+pub struct QueueDto {
+    pub pools: Vec<PoolDto>,
+    pub locks: Vec<LockDto>,
+    /// Queued steps by what they wait for.
+    pub waiting: std::collections::BTreeMap<&'static str, usize>,
+    /// Queued steps in admission order (the first `limit`).
+    pub queued: Vec<QueuedDto>,
+}
+
+#[derive(Serialize)]
+pub struct PoolDto {
+    pub name: &'static str,
+    pub used: u64,
+    pub limit: u32,
+}
+
+#[derive(Serialize)]
+pub struct LockDto {
+    pub name: String,
+    pub held: u32,
+    pub limit: u32,
+}
+
+#[derive(Serialize)]
+pub struct QueuedDto {
+    pub run: String,
+    pub step: String,
+    #[serde(flatten)]
+    pub wait: WaitDto,
 }
 
 #[derive(Serialize)]
@@ -161,14 +238,23 @@ pub fn auto_retry(header: &RunHeader, max: u32) -> AutoRetryDto {
 
 /// The run detail. `attempts` shows the current try; a resubmitted run's earlier attempts
 /// are counted in `earlier_attempts` and kept in the history (and their logs by number).
-pub fn run_detail(run: &Run, auto_retry_max: u32) -> RunDetail {
+pub fn run_detail(
+    run: &Run,
+    auto_retry_max: u32,
+    waits: &[crate::engine::admission::Wait],
+) -> RunDetail {
     let header = &run.header;
     let steps = run
         .pipeline
         .steps
         .iter()
         .zip(&run.steps)
-        .map(|(spec, progress)| StepDetail {
+        .enumerate()
+        .map(|(index, (spec, progress))| StepDetail {
+            waiting_for: waits
+                .iter()
+                .find(|w| w.step == index && matches!(progress.state, crate::engine::StepState::Queued { .. }))
+                .map(WaitDto::from),
             name: spec.name.clone(),
             state: progress.state.as_str(),
             reason: match &progress.state {
@@ -195,6 +281,17 @@ pub fn run_detail(run: &Run, auto_retry_max: u32) -> RunDetail {
         created_at: rfc3339(header.created_at),
         updated_at: rfc3339(header.updated_at),
         cancel_requested_by: header.cancel.as_ref().map(|c| c.by.clone()),
+        cancel_reason: header.cancel.as_ref().and_then(|c| c.reason.clone()),
+        admission: AdmissionDto {
+            priority: header.admission.priority,
+            parallelism: header.admission.parallelism,
+            concurrency: header.admission.group.as_ref().map(|g| ConcurrencyDto {
+                group: g.group.clone(),
+                limit: g.limit,
+                supersede: g.supersede,
+                held: header.admission.group_held,
+            }),
+        },
         budget: header.budget.as_ref().map(|clock| BudgetDto {
             limit_ms: clock.limit_ms,
             used_ms: clock.used_at(crate::clock::now()),

@@ -44,6 +44,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/runs/{id}/gates/{step}/approve", post(approve_gate))
         .route("/runs/{id}/gates/{step}/reject", post(reject_gate))
         .route("/runs/{id}/steps/{step}/logs", get(logs))
+        .route("/queue", get(queue))
         .route("/backup", post(backup))
         .route("/dlq", get(list_dead_letters))
         .route("/dlq/{id}", get(show_dead_letter))
@@ -620,10 +621,81 @@ async fn show_run(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let run = load_run(&state, &id).await?;
+    // Only a run with queued steps asks the driver what they wait for.
+    let queued = run
+        .steps
+        .iter()
+        .any(|s| matches!(s.state, crate::engine::StepState::Queued { .. }));
+    let waits = if queued {
+        state
+            .service
+            .queue(Some(run.id()))
+            .await
+            .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"))?
+            .waits
+            .into_iter()
+            .map(|(wait, _)| wait)
+            .collect()
+    } else {
+        Vec::new()
+    };
     Ok(Json(dto::run_detail(
         &run,
         state.service.settings.live().auto_retry.max,
+        &waits,
     ))
+    .into_response())
+}
+
+#[derive(Deserialize)]
+struct QueueQuery {
+    limit: Option<usize>,
+}
+
+/// Admission control: pools, locks and what waits on what, in admission order.
+async fn queue(
+    State(state): State<ApiState>,
+    query: Result<Query<QueueQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let query = query_params(query)?;
+    let limit = page_limit(query.limit, limits::API_PAGE_MAX, limits::QUEUE_LIST_MAX)?;
+    let view = state
+        .service
+        .queue(None)
+        .await
+        .map_err(|_| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down"))?;
+    let queued = view
+        .waits
+        .iter()
+        .take(limit)
+        .map(|(wait, step)| dto::QueuedDto {
+            run: wait.run.to_string(),
+            step: step.clone(),
+            wait: dto::WaitDto::from(wait),
+        })
+        .collect();
+    Ok(Json(dto::QueueDto {
+        pools: view
+            .pools
+            .iter()
+            .map(|(name, used, limit)| dto::PoolDto {
+                name,
+                used: *used,
+                limit: *limit,
+            })
+            .collect(),
+        locks: view
+            .locks
+            .iter()
+            .map(|(name, held, limit)| dto::LockDto {
+                name: name.clone(),
+                held: *held,
+                limit: *limit,
+            })
+            .collect(),
+        waiting: view.waiting.iter().copied().collect(),
+        queued,
+    })
     .into_response())
 }
 

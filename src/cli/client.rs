@@ -164,6 +164,7 @@ pub fn submit(
     quiet: bool,
     idempotency_key: Option<&str>,
     origin: Option<&str>,
+    query: &str,
 ) -> anyhow::Result<ExitCode> {
     let client = Client::new(args)?;
     let body = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
@@ -176,7 +177,7 @@ pub fn submit(
         .into_iter()
         .chain(origin.map(|o| ("X-Scarab-Origin", o)))
         .collect();
-    let answer = client.post("/v1/runs", content_type, &body, &headers)?;
+    let answer = client.post(&format!("/v1/runs{query}"), content_type, &body, &headers)?;
     if !answer.ok() {
         return fail(&answer);
     }
@@ -322,7 +323,17 @@ pub fn show(args: &ClientArgs, run: &str) -> anyhow::Result<ExitCode> {
             );
             continue;
         }
-        if attempts.is_empty() {
+        if let Some(wait) = step["waiting_for"].as_object() {
+            println!(
+                "{:<20} {:<14} waits for {} {} (position {}) since {}",
+                shown(&step["name"]),
+                shown(&step["state"]),
+                shown(&wait["reason"]),
+                shown(&wait["name"]),
+                wait["position"],
+                shown(&wait["since"])
+            );
+        } else if attempts.is_empty() {
             println!("{:<20} {:<14}", shown(&step["name"]), shown(&step["state"]));
         }
         for attempt in attempts {
@@ -568,6 +579,73 @@ pub fn decide(
             shown(&value["decision"]["outcome"]),
             shown(&value["decision"]["by"])
         ),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `scarab queue`: the pools, the locks, and the queued steps in admission order.
+pub fn queue(args: &ClientArgs, limit: usize) -> anyhow::Result<ExitCode> {
+    let client = Client::new(args)?;
+    let answer = client.get(&format!("/v1/queue?limit={limit}"))?;
+    if !answer.ok() {
+        return fail(&answer);
+    }
+    let value = answer.json()?;
+    if let Output::Json = args.output {
+        print_json(&value)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{:<12} {:>6} {:>6}", "POOL", "USED", "LIMIT");
+    for pool in value["pools"].as_array().into_iter().flatten() {
+        println!(
+            "{:<12} {:>6} {:>6}",
+            shown(&pool["name"]),
+            pool["used"],
+            pool["limit"]
+        );
+    }
+    let locks = value["locks"].as_array().cloned().unwrap_or_default();
+    if !locks.is_empty() {
+        println!("\n{:<24} {:>6} {:>6}", "LOCK", "HELD", "LIMIT");
+        for lock in &locks {
+            println!(
+                "{:<24} {:>6} {:>6}",
+                shown(&lock["name"]),
+                lock["held"],
+                lock["limit"]
+            );
+        }
+    }
+    let queued = value["queued"].as_array().cloned().unwrap_or_default();
+    let waiting = &value["waiting"];
+    let total: u64 = ["pool", "lock", "group", "parallelism"]
+        .iter()
+        .filter_map(|k| waiting[*k].as_u64())
+        .sum();
+    println!(
+        "\n{total} queued (pool {}, lock {}, group {}, parallelism {})",
+        waiting["pool"], waiting["lock"], waiting["group"], waiting["parallelism"]
+    );
+    if queued.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<28} {:<20} {:<12} {:<24} {:>8}  SINCE",
+        "RUN", "STEP", "WAITS FOR", "NAME", "POSITION"
+    );
+    for entry in &queued {
+        println!(
+            "{:<28} {:<20} {:<12} {:<24} {:>8}  {}",
+            shown(&entry["run"]),
+            shown(&entry["step"]),
+            shown(&entry["reason"]),
+            shown(&entry["name"]),
+            entry["position"],
+            shown(&entry["since"])
+        );
+    }
+    if (queued.len() as u64) < total {
+        println!("({} more: --limit)", total - queued.len() as u64);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -87,6 +87,9 @@ fn step_line(run: &Run, step: usize, now: Timestamp) -> String {
             _ => "launching".to_string(),
         },
         StepState::RetryWaiting { due } => format!("retry in {:.1}s", due.since(now).as_secs_f64()),
+        StepState::Queued { since } => {
+            format!("queued for a slot {:.1}s", now.since(*since).as_secs_f64())
+        }
         StepState::Failed { reason } | StepState::DeadLettered { reason } => {
             format!("{} ({reason})", progress.state.as_str())
         }

@@ -390,6 +390,55 @@ enum DlqCommand {
     },
 }
 
+/// What `scarab submit` may set for one run over its pipeline's admission keys.
+#[derive(clap::Args, Debug)]
+pub struct AdmissionArgs {
+    /// The run's priority, -1000..=1000 (higher is admitted first).
+    #[arg(long, allow_hyphen_values = true)]
+    priority: Option<i32>,
+    /// At most this many of the run's steps active at once.
+    #[arg(long)]
+    parallelism: Option<u32>,
+    /// The run's concurrency group.
+    #[arg(long)]
+    concurrency_group: Option<String>,
+    /// Runs of the group in progress at once (default 1).
+    #[arg(long)]
+    concurrency_limit: Option<u32>,
+    /// Cancel the group's older runs still waiting for a slot.
+    #[arg(long)]
+    supersede: bool,
+}
+
+impl AdmissionArgs {
+    /// The submit's query string ("" or "?k=v&..."); the service checks the values.
+    fn query(&self) -> anyhow::Result<String> {
+        let mut pairs = Vec::new();
+        if let Some(priority) = self.priority {
+            pairs.push(format!("priority={priority}"));
+        }
+        if let Some(parallelism) = self.parallelism {
+            pairs.push(format!("parallelism={parallelism}"));
+        }
+        if let Some(group) = &self.concurrency_group {
+            crate::limits::check_admission_name(group, crate::limits::GROUP_NAME_MAX_BYTES)
+                .map_err(|problem| anyhow::anyhow!("--concurrency-group: {problem}"))?;
+            pairs.push(format!("concurrency_group={group}"));
+        }
+        if let Some(limit) = self.concurrency_limit {
+            pairs.push(format!("concurrency_limit={limit}"));
+        }
+        if self.supersede {
+            pairs.push("supersede=true".into());
+        }
+        Ok(if pairs.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", pairs.join("&"))
+        })
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the service: HTTP API, engine and executors.
@@ -453,6 +502,16 @@ enum Command {
         /// auto-retried).
         #[arg(long)]
         origin: Option<String>,
+        #[command(flatten)]
+        admission: AdmissionArgs,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Admission control: the pools, the locks, and what waits on what in admission order.
+    Queue {
+        /// Queued steps listed at most.
+        #[arg(long, default_value_t = 500)]
+        limit: usize,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -676,6 +735,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             quiet,
             idempotency_key,
             origin,
+            admission,
             client,
         } => client::submit(
             &client,
@@ -683,7 +743,9 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             quiet,
             idempotency_key.as_deref(),
             origin.as_deref(),
+            &admission.query()?,
         ),
+        Command::Queue { limit, client } => client::queue(&client, limit),
         Command::Runs {
             state,
             limit,

@@ -139,6 +139,9 @@ async fn serve_async(
     }));
     while let Some(Signal::Reload) = signals.recv().await {
         reload(config.as_deref(), &service, log.as_ref());
+        // The driver takes new admission limits at its next batch: this is one, so a
+        // raised limit admits at once.
+        let _ = service.ping().await;
     }
     tracing::info!(deadline = ?deadline, "stopping: no new requests; running steps stay for re-adoption");
     notify(&[sd_notify::NotifyState::Stopping]);
@@ -193,8 +196,8 @@ fn watchdog(service: &service::Service) {
     });
 }
 
-/// SIGHUP: re-read the config file and replace webhooks, tokens, the log level and the
-/// auto-retry settings at once, or nothing at all when the new file is invalid.
+/// SIGHUP: re-read the config file and replace webhooks, tokens, the log level, the
+/// auto-retry settings, the secrets and the admission limits at once, or nothing at all when the new file is invalid.
 fn reload(path: Option<&Path>, service: &service::Service, log: Option<&LogReload>) {
     notify(&[sd_notify::NotifyState::Reloading]);
     let result = match path {
@@ -219,6 +222,9 @@ fn reload(path: Option<&Path>, service: &service::Service, log: Option<&LogReloa
                 webhooks = live.webhooks.len(),
                 tokens = live.tokens.len(),
                 auto_retry = live.auto_retry.enabled,
+                max_parallel_local = live.admission.local,
+                max_pods = live.admission.pods,
+                locks = live.admission.locks.len(),
                 "configuration reloaded"
             );
             service.settings.replace_live(live);

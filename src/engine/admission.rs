@@ -351,6 +351,7 @@ impl Scheduler {
         self.dirty.pools = [true; 2];
         self.dirty.locks.extend(self.lock_wait.keys().cloned());
         self.dirty.groups.extend(self.group_wait.keys().cloned());
+        self.process();
     }
 
     /// Slots in use per pool.

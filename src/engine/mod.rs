@@ -5,6 +5,8 @@
 //! (intents), and the driver commits both in one transaction before acting.
 
 pub mod admission;
+#[cfg(test)]
+mod admission_tests;
 pub mod auto_retry;
 #[cfg(test)]
 mod gate_tests;

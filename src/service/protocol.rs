@@ -109,8 +109,9 @@ pub struct QueueView {
     pub locks: Vec<(String, u32, u32)>,
     /// Queued steps by what they wait for.
     pub waiting: Vec<(&'static str, usize)>,
-    /// Queued steps in admission order (at most `limits::QUEUE_LIST_MAX`).
-    pub waits: Vec<crate::engine::admission::Wait>,
+    /// Queued steps in admission order (at most `limits::QUEUE_LIST_MAX`), each with its
+    /// step's name.
+    pub waits: Vec<(crate::engine::admission::Wait, String)>,
 }
 
 /// Everything the driver loop is asked, each with where its answer goes.

@@ -128,7 +128,12 @@ fn many_steps_in_flight_survive_kill9_each_exactly_once() {
     let dir = common::tempdir().expect("tempdir");
     let out_dir = dir.path().join("outs");
     std::fs::create_dir_all(&out_dir).expect("dir");
-    let mut server = Server::start(&dir.path().join("state"));
+    // All twenty in flight at once: a pool that large.
+    let mut server = Server::start_with_env(
+        &dir.path().join("state"),
+        &[],
+        &[("SCARAB_MAX_PARALLEL_LOCAL", "20")],
+    );
     let mut steps = String::new();
     for i in 0..20 {
         steps.push_str(&format!(

@@ -492,6 +492,20 @@ impl<E: Executor> Driver<E> {
             },
             None => scheduler.queue(limits::QUEUE_LIST_MAX),
         };
+        let name = |wait: &crate::engine::admission::Wait| {
+            self.runs
+                .get(&wait.run)
+                .and_then(|run| run.pipeline.steps.get(wait.step))
+                .map(|step| step.name.clone())
+                .unwrap_or_default()
+        };
+        let waits = waits
+            .into_iter()
+            .map(|wait| {
+                let step = name(&wait);
+                (wait, step)
+            })
+            .collect();
         super::super::protocol::QueueView {
             pools: Pool::ALL
                 .into_iter()
