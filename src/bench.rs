@@ -12,9 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::engine::{
-    RunAdmission,
-    Attempt, AttemptState, Fence, Outcome, RunHeader, RunId, RunState, RunStep, StepState,
-    Timestamp, Verdict,
+    Attempt, AttemptState, Fence, Outcome, RunAdmission, RunHeader, RunId, RunState, RunStep,
+    StepState, Timestamp, Verdict,
 };
 use crate::executor::fake::FakeExecutor;
 use crate::pipeline::{self, Format};
@@ -421,12 +420,12 @@ async fn transitions(dir: &Path, quick: bool) -> anyhow::Result<(Duration, f64)>
             for _ in 0..per_client {
                 service
                     .submit(
-                source.clone(),
-                pipeline.clone(),
-                "bench".into(),
-                RunAdmission::of(&pipeline),
-                None,
-            )
+                        source.clone(),
+                        pipeline.clone(),
+                        "bench".into(),
+                        RunAdmission::of(&pipeline),
+                        None,
+                    )
                     .await?;
             }
             Ok::<(), anyhow::Error>(())
@@ -471,12 +470,12 @@ async fn trivial_steps(dir: &Path, total: usize) -> anyhow::Result<f64> {
             for _ in 0..total / 2 {
                 let id = service
                     .submit(
-                source.clone(),
-                pipeline.clone(),
-                "bench".into(),
-                RunAdmission::of(&pipeline),
-                None,
-            )
+                        source.clone(),
+                        pipeline.clone(),
+                        "bench".into(),
+                        RunAdmission::of(&pipeline),
+                        None,
+                    )
                     .await?
                     .id;
                 loop {

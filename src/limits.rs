@@ -171,7 +171,10 @@ pub fn check_admission_name(name: &str, max: usize) -> Result<(), String> {
         return Err("must not be empty".into());
     }
     if name.len() > max {
-        return Err(format!("must be at most {max} bytes (found {})", name.len()));
+        return Err(format!(
+            "must be at most {max} bytes (found {})",
+            name.len()
+        ));
     }
     if !name
         .bytes()

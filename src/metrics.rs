@@ -253,7 +253,9 @@ impl Metrics {
         };
         let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         self.pool_slots_used.get_or_create(&label).set(gauge(used));
-        self.pool_slots_limit.get_or_create(&label).set(gauge(limit));
+        self.pool_slots_limit
+            .get_or_create(&label)
+            .set(gauge(limit));
     }
 
     /// Steps queued for `reason`.

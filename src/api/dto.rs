@@ -253,7 +253,10 @@ pub fn run_detail(
         .map(|(index, (spec, progress))| StepDetail {
             waiting_for: waits
                 .iter()
-                .find(|w| w.step == index && matches!(progress.state, crate::engine::StepState::Queued { .. }))
+                .find(|w| {
+                    w.step == index
+                        && matches!(progress.state, crate::engine::StepState::Queued { .. })
+                })
                 .map(WaitDto::from),
             name: spec.name.clone(),
             state: progress.state.as_str(),

@@ -319,15 +319,18 @@ impl SubmitQuery {
         &self,
         pipeline: &pipeline::Pipeline,
     ) -> Result<crate::engine::RunAdmission, ApiError> {
-        let bad = |field: &str, message: String| {
-            ApiError::field(StatusCode::BAD_REQUEST, field, message)
-        };
+        let bad =
+            |field: &str, message: String| ApiError::field(StatusCode::BAD_REQUEST, field, message);
         let mut admission = crate::engine::RunAdmission::of(pipeline);
         if let Some(priority) = self.priority {
             if !(limits::PRIORITY_MIN..=limits::PRIORITY_MAX).contains(&priority) {
                 return Err(bad(
                     "priority",
-                    format!("must be {}..={}", limits::PRIORITY_MIN, limits::PRIORITY_MAX),
+                    format!(
+                        "must be {}..={}",
+                        limits::PRIORITY_MIN,
+                        limits::PRIORITY_MAX
+                    ),
                 ));
             }
             admission.priority = priority;

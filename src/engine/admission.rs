@@ -133,7 +133,10 @@ impl Limits {
                     };
                     error(
                         format!("steps[{index}].slots"),
-                        format!("{} is more than the pool's limit {limit} ({key})", step.slots),
+                        format!(
+                            "{} is more than the pool's limit {limit} ({key})",
+                            step.slots
+                        ),
                     );
                 }
             }
@@ -252,7 +255,11 @@ impl RunEntry {
     /// that stage.
     fn parallel(&self) -> u32 {
         let active = self.holds.values().filter(|h| h.pool.is_some()).count();
-        let passed = self.queued.values().filter(|q| q.passed_parallelism).count();
+        let passed = self
+            .queued
+            .values()
+            .filter(|q| q.passed_parallelism)
+            .count();
         u32::try_from(active + passed).unwrap_or(u32::MAX)
     }
 }
@@ -499,7 +506,10 @@ impl Scheduler {
         };
         entry.member = true;
         let order = entry.order;
-        self.group_members.entry(name.clone()).or_default().insert(id);
+        self.group_members
+            .entry(name.clone())
+            .or_default()
+            .insert(id);
         if let Some(wait) = self.group_wait.get_mut(&name) {
             wait.remove(&(order, id));
         }
@@ -562,21 +572,26 @@ impl Scheduler {
         let Some(entry) = self.runs.get(&id) else {
             return;
         };
-        let steps: Vec<usize> = entry.holds.keys().chain(entry.queued.keys()).copied().collect();
+        let steps: Vec<usize> = entry
+            .holds
+            .keys()
+            .chain(entry.queued.keys())
+            .copied()
+            .collect();
         for step in steps {
             self.release(id, step);
             self.dequeue(id, step);
         }
-        if let Some(entry) = self.runs.remove(&id) {
-            if let Some((name, _)) = entry.group {
-                if let Some(members) = self.group_members.get_mut(&name) {
-                    members.remove(&id);
-                    if members.is_empty() {
-                        self.group_members.remove(&name);
-                    }
+        if let Some(entry) = self.runs.remove(&id)
+            && let Some((name, _)) = entry.group
+        {
+            if let Some(members) = self.group_members.get_mut(&name) {
+                members.remove(&id);
+                if members.is_empty() {
+                    self.group_members.remove(&name);
                 }
-                self.dirty.groups.insert(name);
             }
+            self.dirty.groups.insert(name);
         }
         self.parallelism_wait.remove(&id);
         self.dirty.runs.remove(&id);
@@ -725,12 +740,12 @@ impl Scheduler {
         match queued.stage {
             WaitingFor::Group => {
                 let still = entry.queued.values().any(|q| q.stage == WaitingFor::Group);
-                if let (false, Some((name, _))) = (still, &entry.group) {
-                    if let Some(wait) = self.group_wait.get_mut(name) {
-                        wait.remove(&(entry.order, id));
-                        if wait.is_empty() {
-                            self.group_wait.remove(name);
-                        }
+                if let (false, Some((name, _))) = (still, &entry.group)
+                    && let Some(wait) = self.group_wait.get_mut(name)
+                {
+                    wait.remove(&(entry.order, id));
+                    if wait.is_empty() {
+                        self.group_wait.remove(name);
                     }
                 }
             }
@@ -774,8 +789,7 @@ impl Scheduler {
                 self.process_parallelism(run);
             } else if let Some(lock) = self.dirty.locks.pop_first() {
                 self.process_lock(&lock);
-            } else if let Some(pool) = Pool::ALL.into_iter().find(|p| self.dirty.pools[p.index()])
-            {
+            } else if let Some(pool) = Pool::ALL.into_iter().find(|p| self.dirty.pools[p.index()]) {
                 self.dirty.pools[pool.index()] = false;
                 self.process_pool(pool);
             }
@@ -788,7 +802,11 @@ impl Scheduler {
                 self.group_wait.remove(group);
                 return;
             };
-            let limit = self.runs.get(&id).and_then(|e| e.group.as_ref()).map_or(1, |g| g.1);
+            let limit = self
+                .runs
+                .get(&id)
+                .and_then(|e| e.group.as_ref())
+                .map_or(1, |g| g.1);
             let members = self.group_members.get(group).map_or(0, HashSet::len);
             if members >= usize::try_from(limit).unwrap_or(usize::MAX) {
                 return;
@@ -828,7 +846,11 @@ impl Scheduler {
                 self.lock_wait.remove(lock);
                 return;
             };
-            let Some(queued) = self.runs.get(&key.run).and_then(|e| e.queued.get(&key.step)) else {
+            let Some(queued) = self
+                .runs
+                .get(&key.run)
+                .and_then(|e| e.queued.get(&key.step))
+            else {
                 // Never left behind by `dequeue`; dropped if it were.
                 self.remove_lock_waiter(lock, key);
                 continue;
@@ -846,7 +868,11 @@ impl Scheduler {
                 self.remove_lock_waiter(name, key);
                 self.dirty.locks.insert(name.clone());
             }
-            if let Some(queued) = self.runs.get_mut(&key.run).and_then(|e| e.queued.get_mut(&key.step)) {
+            if let Some(queued) = self
+                .runs
+                .get_mut(&key.run)
+                .and_then(|e| e.queued.get_mut(&key.step))
+            {
                 queued.locks_taken = true;
             }
             self.after_locks(key.run, key.step);
@@ -865,7 +891,11 @@ impl Scheduler {
     fn process_pool(&mut self, pool: Pool) {
         let limit = u64::from(self.limits.pool(pool));
         while let Some(&key) = self.pool_wait[pool.index()].first() {
-            let Some(queued) = self.runs.get(&key.run).and_then(|e| e.queued.get(&key.step)) else {
+            let Some(queued) = self
+                .runs
+                .get(&key.run)
+                .and_then(|e| e.queued.get(&key.step))
+            else {
                 self.pool_wait[pool.index()].remove(&key);
                 continue;
             };
@@ -877,7 +907,11 @@ impl Scheduler {
             }
             self.pool_wait[pool.index()].remove(&key);
             self.pool_used[pool.index()] += slots;
-            if let Some(queued) = self.runs.get_mut(&key.run).and_then(|e| e.queued.get_mut(&key.step)) {
+            if let Some(queued) = self
+                .runs
+                .get_mut(&key.run)
+                .and_then(|e| e.queued.get_mut(&key.step))
+            {
                 queued.slots = u32::try_from(slots).unwrap_or(u32::MAX);
             }
             self.decide(key.run, key.step);
@@ -991,7 +1025,10 @@ impl Scheduler {
                 let queued = &self.runs[&key.run].queued[&key.step];
                 let slots = u64::from(queued.slots).min(limit.max(1));
                 if pool_used[pool.index()] + slots <= limit {
-                    return Err(format!("{} pool has room but its first step waits", pool.as_str()));
+                    return Err(format!(
+                        "{} pool has room but its first step waits",
+                        pool.as_str()
+                    ));
                 }
             }
         }
@@ -1015,7 +1052,9 @@ impl Scheduler {
             }
         }
         for (group, wait) in &self.group_wait {
-            let Some((_, id)) = wait.first() else { continue };
+            let Some((_, id)) = wait.first() else {
+                continue;
+            };
             let limit = self.runs[id].group.as_ref().map_or(1, |g| g.1);
             if self.group_members(group) < usize::try_from(limit).unwrap_or(usize::MAX) {
                 return Err(format!("group {group} has room but its first run waits"));
@@ -1026,8 +1065,13 @@ impl Scheduler {
                 continue;
             }
             let entry = &self.runs[id];
-            if entry.parallelism.is_some_and(|limit| entry.parallel() < limit) {
-                return Err(format!("run {id} has parallelism to spare but a step waits"));
+            if entry
+                .parallelism
+                .is_some_and(|limit| entry.parallel() < limit)
+            {
+                return Err(format!(
+                    "run {id} has parallelism to spare but a step waits"
+                ));
             }
         }
         Ok(())

@@ -249,20 +249,36 @@ impl World {
                 }
             }
             if let Some(limit) = run.header.admission.parallelism {
-                assert!(active <= limit, "run {} has {active} active steps", run.id());
+                assert!(
+                    active <= limit,
+                    "run {} has {active} active steps",
+                    run.id()
+                );
             }
             if run.header.admission.group_held {
                 let group = run.header.admission.group.as_ref().expect("held group");
                 *groups.entry(&group.group).or_default() += 1;
             }
             if run.header.state.is_terminal() {
-                assert!(!run.header.admission.group_held, "a finished run holds its group");
+                assert!(
+                    !run.header.admission.group_held,
+                    "a finished run holds its group"
+                );
             }
         }
         for pool in Pool::ALL {
             let index = usize::from(pool == Pool::Kubernetes);
-            assert_eq!(used[index], self.scheduler.used(pool), "{} slots", pool.as_str());
-            assert!(used[index] <= u64::from(limits.pool(pool)), "{} over", pool.as_str());
+            assert_eq!(
+                used[index],
+                self.scheduler.used(pool),
+                "{} slots",
+                pool.as_str()
+            );
+            assert!(
+                used[index] <= u64::from(limits.pool(pool)),
+                "{} over",
+                pool.as_str()
+            );
         }
         for (lock, held) in locks {
             assert!(held <= limits.lock(lock), "lock {lock} held {held} times");
@@ -270,7 +286,10 @@ impl World {
             assert!(held <= self.scheduler.lock_used(lock), "lock {lock} count");
         }
         for (group, held) in groups {
-            assert!(held <= self.group_limit, "group {group} held by {held} runs");
+            assert!(
+                held <= self.group_limit,
+                "group {group} held by {held} runs"
+            );
         }
     }
 }
@@ -466,7 +485,14 @@ fn a_full_pool_queues_in_priority_then_submit_order() {
         world.check();
     }
     let order: Vec<RunId> = world.started.iter().map(|(id, _)| *id).collect();
-    let expected = vec![busy, queued[1].1, queued[3].1, queued[0].1, queued[2].1, queued[4].1];
+    let expected = vec![
+        busy,
+        queued[1].1,
+        queued[3].1,
+        queued[0].1,
+        queued[2].1,
+        queued[4].1,
+    ];
     assert_eq!(order, expected);
 }
 
@@ -475,9 +501,14 @@ fn a_step_needing_many_slots_is_not_overtaken_forever() {
     let mut world = World::new(limits(4, 1, &[]));
     let small = pipeline(vec![step("s", vec![], 1, &[], local())]);
     let big = pipeline(vec![step("big", vec![], 3, &[], local())]);
-    let first: Vec<RunId> = (0..3).map(|_| world.submit(small.clone(), default_admission())).collect();
+    let first: Vec<RunId> = (0..3)
+        .map(|_| world.submit(small.clone(), default_admission()))
+        .collect();
     let big = world.submit(big, default_admission());
-    assert_eq!(world.scheduler.wait(big, 0).map(|w| w.reason), Some(WaitingFor::Pool));
+    assert_eq!(
+        world.scheduler.wait(big, 0).map(|w| w.reason),
+        Some(WaitingFor::Pool)
+    );
     // A stream of small steps arrives while the first three finish one by one: the pool
     // is kept for the big one, which starts once three slots are free.
     for id in first {
@@ -487,7 +518,11 @@ fn a_step_needing_many_slots_is_not_overtaken_forever() {
     }
     let big_started = world.started.iter().position(|s| *s == (big, 0));
     assert!(big_started.is_some(), "started: {:?}", world.started);
-    assert_eq!(world.scheduler.used(Pool::Local), 4, "big (3) and one small");
+    assert_eq!(
+        world.scheduler.used(Pool::Local),
+        4,
+        "big (3) and one small"
+    );
 }
 
 #[test]
@@ -496,7 +531,10 @@ fn a_step_waiting_for_a_lock_leaves_the_pool_to_others() {
     let gpu = pipeline(vec![step("train", vec![], 1, &["gpu"], local())]);
     let first = world.submit(gpu.clone(), default_admission());
     let second = world.submit(gpu, default_admission());
-    assert_eq!(world.scheduler.wait(second, 0).map(|w| w.reason), Some(WaitingFor::Lock));
+    assert_eq!(
+        world.scheduler.wait(second, 0).map(|w| w.reason),
+        Some(WaitingFor::Lock)
+    );
     let plain = world.submit(shape(0), default_admission());
     assert!(world.started.contains(&(plain, 0)), "the free slot is used");
     world.finish(first, 0, true);
@@ -510,7 +548,12 @@ fn locks_named_in_either_order_never_deadlock() {
     let ab = pipeline(vec![step("ab", vec![], 1, &["a", "b"], local())]);
     let ba = pipeline(vec![step("ba", vec![], 1, &["b", "a"], local())]);
     let runs: Vec<RunId> = (0..6)
-        .map(|i| world.submit(if i % 2 == 0 { ab.clone() } else { ba.clone() }, default_admission()))
+        .map(|i| {
+            world.submit(
+                if i % 2 == 0 { ab.clone() } else { ba.clone() },
+                default_admission(),
+            )
+        })
         .collect();
     assert_eq!(world.active().len(), 1, "one holder of a and b at a time");
     while let Some((id, step)) = world.active().first().copied() {
@@ -527,7 +570,13 @@ fn locks_named_in_either_order_never_deadlock() {
 fn a_group_runs_one_at_a_time_across_its_gate_and_supersede_names_only_the_queued() {
     let mut world = World::new(limits(4, 1, &[]));
     let deploy = pipeline(vec![
-        step("approve", vec![], 0, &[], StepAction::Gate(GateSpec::default())),
+        step(
+            "approve",
+            vec![],
+            0,
+            &[],
+            StepAction::Gate(GateSpec::default()),
+        ),
         step("deploy", vec![0], 1, &[], local()),
     ]);
     let group = RunAdmission {
@@ -539,41 +588,73 @@ fn a_group_runs_one_at_a_time_across_its_gate_and_supersede_names_only_the_queue
         ..RunAdmission::default()
     };
     let first = world.submit(deploy.clone(), group.clone());
-    assert_eq!(world.runs[&first].header.state, RunState::Waiting, "its gate is open");
+    assert_eq!(
+        world.runs[&first].header.state,
+        RunState::Waiting,
+        "its gate is open"
+    );
     let second = world.submit(deploy.clone(), group.clone());
     let third = world.submit(deploy.clone(), group.clone());
     let wait = world.scheduler.wait(third, 0).expect("queued");
-    assert_eq!((wait.reason, wait.name.as_str(), wait.position), (WaitingFor::Group, "prod", 2));
+    assert_eq!(
+        (wait.reason, wait.name.as_str(), wait.position),
+        (WaitingFor::Group, "prod", 2)
+    );
     assert_eq!(world.scheduler.group_waiting("prod"), vec![second, third]);
     // What the driver does for `supersede`: the newest run cancels the older waiting ones.
-    world.input(second, Input::Cancel { by: format!("run {third}"), reason: Some("superseded".into()) });
+    world.input(
+        second,
+        Input::Cancel {
+            by: format!("run {third}"),
+            reason: Some("superseded".into()),
+        },
+    );
     assert_eq!(world.runs[&second].header.state, RunState::Cancelled);
-    assert!(world.scheduler.wait(third, 0).is_some(), "still waiting behind the gate");
-    world.input(first, Input::Decide {
-        step: 0,
-        approve: true,
-        by: "me".into(),
-        caller: "me".into(),
-        comment: None,
-    });
-    assert!(world.scheduler.wait(third, 0).is_some(), "the first run still deploys");
+    assert!(
+        world.scheduler.wait(third, 0).is_some(),
+        "still waiting behind the gate"
+    );
+    world.input(
+        first,
+        Input::Decide {
+            step: 0,
+            approve: true,
+            by: "me".into(),
+            caller: "me".into(),
+            comment: None,
+        },
+    );
+    assert!(
+        world.scheduler.wait(third, 0).is_some(),
+        "the first run still deploys"
+    );
     world.finish(first, 1, true);
     assert_eq!(world.runs[&first].header.state, RunState::Succeeded);
-    assert_eq!(world.runs[&third].header.state, RunState::Waiting, "now its gate opened");
+    assert_eq!(
+        world.runs[&third].header.state,
+        RunState::Waiting,
+        "now its gate opened"
+    );
     world.check();
 }
 
 #[test]
 fn lowering_a_limit_stops_nothing_and_admits_less() {
     let mut world = World::new(limits(3, 1, &[]));
-    let runs: Vec<RunId> = (0..5).map(|_| world.submit(shape(0), default_admission())).collect();
+    let runs: Vec<RunId> = (0..5)
+        .map(|_| world.submit(shape(0), default_admission()))
+        .collect();
     assert_eq!(world.active().len(), 3);
     world.scheduler.set_limits(limits(1, 1, &[]));
     world.admit_decided();
     assert_eq!(world.active().len(), 3, "nothing stopped");
     world.finish(runs[0], 0, true);
     world.finish(runs[1], 0, true);
-    assert_eq!(world.active().len(), 1, "none admitted until below the new limit");
+    assert_eq!(
+        world.active().len(),
+        1,
+        "none admitted until below the new limit"
+    );
     world.finish(runs[2], 0, true);
     assert_eq!(world.active().len(), 1, "one admitted");
     world.scheduler.set_limits(limits(5, 1, &[]));
@@ -622,7 +703,11 @@ fn the_limits_refuse_what_they_could_never_admit() {
     let errors = limits.check(&pipeline);
     let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
     assert_eq!(fields, ["steps[0].slots", "steps[0].locks[1]"]);
-    assert!(errors[1].message.contains("configured: gpu"), "{}", errors[1].message);
+    assert!(
+        errors[1].message.contains("configured: gpu"),
+        "{}",
+        errors[1].message
+    );
     pipeline.steps[0].slots = 4;
     pipeline.steps[0].locks.pop();
     assert!(limits.check(&pipeline).is_empty());

@@ -170,7 +170,15 @@ mod tests {
                 budget,
                 steps,
             });
-            let (run, effects) = engine.submit(RunId(3), pipeline, origin.into(), crate::engine::RunAdmission::default(), &mut fences, &mut crate::engine::Unlimited, T0);
+            let (run, effects) = engine.submit(
+                RunId(3),
+                pipeline,
+                origin.into(),
+                crate::engine::RunAdmission::default(),
+                &mut fences,
+                &mut crate::engine::Unlimited,
+                T0,
+            );
             let mut sim = Sim {
                 engine,
                 fences,
@@ -191,9 +199,13 @@ mod tests {
         }
 
         fn input(&mut self, input: Input) -> Result<(), crate::engine::RejectedInput> {
-            let effects = self
-                .engine
-                .handle(&mut self.run, &mut self.fences, &mut crate::engine::Unlimited, input, self.now)?;
+            let effects = self.engine.handle(
+                &mut self.run,
+                &mut self.fences,
+                &mut crate::engine::Unlimited,
+                input,
+                self.now,
+            )?;
             self.collect(&effects);
             Ok(())
         }

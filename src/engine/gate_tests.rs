@@ -111,7 +111,15 @@ impl Sim {
             budget,
             steps,
         });
-        let (run, effects) = engine.submit(RunId(9), pipeline, "local".into(), crate::engine::RunAdmission::default(), &mut fences, &mut crate::engine::Unlimited, T0);
+        let (run, effects) = engine.submit(
+            RunId(9),
+            pipeline,
+            "local".into(),
+            crate::engine::RunAdmission::default(),
+            &mut fences,
+            &mut crate::engine::Unlimited,
+            T0,
+        );
         let mut sim = Sim {
             engine,
             fences,
@@ -159,9 +167,13 @@ impl Sim {
     }
 
     fn try_input(&mut self, input: Input) -> Result<(), RejectedInput> {
-        let effects = self
-            .engine
-            .handle(&mut self.run, &mut self.fences, &mut crate::engine::Unlimited, input, self.now)?;
+        let effects = self.engine.handle(
+            &mut self.run,
+            &mut self.fences,
+            &mut crate::engine::Unlimited,
+            input,
+            self.now,
+        )?;
         self.apply_effects(effects);
         Ok(())
     }
@@ -386,7 +398,10 @@ fn cancel_during_a_gate_cancels_it_and_its_timers() {
     let mut sim = Sim::new(Some(secs(30)), three_steps(Some(600), Some(3600)));
     sim.run_step(0, secs(1));
     assert_eq!(sim.state(), RunState::Waiting);
-    sim.input(Input::Cancel { by: "bob".into(), reason: None });
+    sim.input(Input::Cancel {
+        by: "bob".into(),
+        reason: None,
+    });
     assert_eq!(sim.run.steps[1].state, StepState::Cancelled);
     assert_eq!(sim.run.steps[2].state, StepState::Cancelled);
     assert_eq!(sim.state(), RunState::Cancelled);

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use super::retry::{self, Decision};
 use super::admission::Admission;
+use super::retry::{self, Decision};
 use super::state::{
     Attempt, AttemptState, BudgetClock, CancelRequest, GateDecision, GateOutcome, GateProgress,
     KillReason, Run, RunAdmission, RunHeader, RunState, RunStep, StepState,
@@ -65,7 +65,9 @@ impl Engine {
         &self.settings
     }
 
-    /// Creates a run and launches the steps that need nothing.
+    /// Creates a run and launches the steps that need nothing (those admission lets start;
+    /// the others are queued).
+    #[allow(clippy::too_many_arguments)]
     pub fn submit(
         &self,
         id: RunId,

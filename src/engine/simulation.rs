@@ -103,10 +103,13 @@ struct Sim {
 impl Sim {
     fn apply(&mut self, input: Input) {
         self.now = self.now.plus(Duration::from_millis(10));
-        if let Ok(effects) = self
-            .engine
-            .handle(&mut self.run, &mut self.fences, &mut crate::engine::Unlimited, input, self.now)
-        {
+        if let Ok(effects) = self.engine.handle(
+            &mut self.run,
+            &mut self.fences,
+            &mut crate::engine::Unlimited,
+            input,
+            self.now,
+        ) {
             self.collect(&effects);
         }
         check_invariants(self);
@@ -170,7 +173,10 @@ impl Sim {
                     self.apply(Input::TimerFired(Timer::Backstop { step, fence }));
                 }
             }
-            Action::Cancel => self.apply(Input::Cancel { by: "sim".into(), reason: None }),
+            Action::Cancel => self.apply(Input::Cancel {
+                by: "sim".into(),
+                reason: None,
+            }),
         }
     }
 }

@@ -72,7 +72,15 @@ impl Sim {
             name: "p".into(),
             steps,
         });
-        let (run, effects) = engine.submit(RunId(7), pipeline, "local".into(), crate::engine::RunAdmission::default(), &mut fences, &mut crate::engine::Unlimited, T0);
+        let (run, effects) = engine.submit(
+            RunId(7),
+            pipeline,
+            "local".into(),
+            crate::engine::RunAdmission::default(),
+            &mut fences,
+            &mut crate::engine::Unlimited,
+            T0,
+        );
         Sim {
             engine,
             fences,
@@ -85,7 +93,13 @@ impl Sim {
     fn input(&mut self, input: Input) -> Effects {
         let effects = self
             .engine
-            .handle(&mut self.run, &mut self.fences, &mut crate::engine::Unlimited, input, self.now)
+            .handle(
+                &mut self.run,
+                &mut self.fences,
+                &mut crate::engine::Unlimited,
+                input,
+                self.now,
+            )
             .expect("input accepted");
         self.intents.extend(effects.intents.clone());
         effects
@@ -483,7 +497,10 @@ fn cancel_kills_in_flight_cancels_pending_and_ends_cancelled() {
     let mut sim = Sim::new(vec![step("a", &[], None), step("b", &[0], None)]);
     let fence = sim.current_fence(0);
     sim.input(Input::LaunchConfirmed { step: 0, fence });
-    let effects = sim.input(Input::Cancel { by: "alice".into(), reason: None });
+    let effects = sim.input(Input::Cancel {
+        by: "alice".into(),
+        reason: None,
+    });
     assert!(effects.intents.contains(&Intent::Kill {
         step: 0,
         fence,
@@ -509,7 +526,10 @@ fn cancel_kills_in_flight_cancels_pending_and_ends_cancelled() {
         &mut sim.run,
         &mut sim.fences,
         &mut crate::engine::Unlimited,
-        Input::Cancel { by: "bob".into(), reason: None },
+        Input::Cancel {
+            by: "bob".into(),
+            reason: None,
+        },
         sim.now,
     );
     assert_eq!(rejected, Err(RejectedInput::RunTerminal("cancelled")));
@@ -519,7 +539,10 @@ fn cancel_kills_in_flight_cancels_pending_and_ends_cancelled() {
 fn cancel_during_backoff_stops_the_retry() {
     let mut sim = Sim::new(vec![step("a", &[], Some(policy(on(&["step"]), 3)))]);
     sim.finish(0, Outcome::Failed(FailureClass::Step));
-    sim.input(Input::Cancel { by: "alice".into(), reason: None });
+    sim.input(Input::Cancel {
+        by: "alice".into(),
+        reason: None,
+    });
     assert_eq!(sim.run.header.state, RunState::Cancelled);
     sim.input(Input::TimerFired(Timer::RetryDue { step: 0 }));
     assert_eq!(sim.run.steps[0].attempts.len(), 1);
@@ -706,7 +729,14 @@ fn a_run_known_only_by_its_header_is_quarantined_and_discarded_by_the_engine() {
             .is_err()
     );
     assert!(matches!(
-        engine.handle_header(&mut header, Input::Cancel { by: "x".into(), reason: None }, now),
+        engine.handle_header(
+            &mut header,
+            Input::Cancel {
+                by: "x".into(),
+                reason: None
+            },
+            now
+        ),
         Err(RejectedInput::NeedsPipeline)
     ));
     assert_eq!(header, before, "refusals change nothing");

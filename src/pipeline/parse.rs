@@ -16,8 +16,8 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::{Location, MessageFormatter, Spanned, UserMessageFormatter};
 
 use super::{
-    Backoff, Concurrency, GateSpec, LocalCommand, Pipeline, PodTemplate, Resources, RetryOn, RetryPolicy, Step,
-    StepAction,
+    Backoff, Concurrency, GateSpec, LocalCommand, Pipeline, PodTemplate, Resources, RetryOn,
+    RetryPolicy, Step, StepAction,
 };
 use crate::limits;
 
@@ -817,7 +817,10 @@ fn check_bool(field: &Field, errors: &mut Errors) -> Option<bool> {
     if let Value::Bool(value) = field.node.value {
         return Some(value);
     }
-    errors.at(field, format!("must be true or false (found {})", field.found()));
+    errors.at(
+        field,
+        format!("must be true or false (found {})", field.found()),
+    );
     None
 }
 

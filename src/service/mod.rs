@@ -476,10 +476,7 @@ impl Service {
     }
 
     /// Admission control as it stands: pools, locks, and what waits (for one run, or all).
-    pub async fn queue(
-        &self,
-        run: Option<RunId>,
-    ) -> Result<protocol::QueueView, ShuttingDown> {
+    pub async fn queue(&self, run: Option<RunId>) -> Result<protocol::QueueView, ShuttingDown> {
         self.ask(|reply| Command::Queue { run, reply }).await
     }
 

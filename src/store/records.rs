@@ -277,7 +277,7 @@ pub struct StoredRun {
 /// Implements [`Record`] for a stored kind: `to` makes the current format's record from a
 /// value, and each `format => from` reads one format's record back.
 macro_rules! record {
-    ($ty:ty, $name:literal, to: $to:expr, $($($version:literal)|+ => $from:expr),+ $(,)?) => {
+    ($ty:ty, $name:literal, to: $to:expr, $($versions:pat => $from:expr),+ $(,)?) => {
         impl Record for $ty {
             const NAME: &'static str = $name;
             fn encode_current(&self, out: &mut Vec<u8>) -> Result<(), CodecError> {
@@ -285,7 +285,7 @@ macro_rules! record {
             }
             fn decode_format(version: u8, body: &[u8]) -> Result<Self, CodecError> {
                 match version {
-                    $($($version)|+ => ($from)(codec::from_bincode(Self::NAME, version, body)?)
+                    $($versions => ($from)(codec::from_bincode(Self::NAME, version, body)?)
                         .map_err(|e: v2::Implausible| CodecError::Implausible {
                             record: Self::NAME,
                             problem: e.to_string(),
@@ -307,10 +307,10 @@ record!(engine::RunStep, "step",
     4 => v4::step_from_row);
 record!(engine::Attempt, "attempt",
     to: v4::Attempt::from,
-    2 | 3 | 4 => |r: v2::Attempt| engine::Attempt::try_from(r));
+    2..=4 => |r: v2::Attempt| engine::Attempt::try_from(r));
 record!(PipelineSource, "pipeline",
     to: v4::PipelineSource::from,
-    2 | 3 | 4 => |r: v2::PipelineSource| Ok(PipelineSource::from(r)));
+    2..=4 => |r: v2::PipelineSource| Ok(PipelineSource::from(r)));
 record!(OutboxMessage, "outbox_message",
     to: v4::OutboxMessage::from,
     2 => |r: v2::OutboxMessage| OutboxMessage::try_from(r),
@@ -321,4 +321,4 @@ record!(DeadLetter, "dead_letter",
     3 | 4 => |r: v3::DeadLetter| DeadLetter::try_from(r));
 record!(HistoryRecord, "history",
     to: v4::HistoryRecord::from,
-    2 | 3 | 4 => |r: v2::HistoryRecord| Ok(HistoryRecord::from(r)));
+    2..=4 => |r: v2::HistoryRecord| Ok(HistoryRecord::from(r)));

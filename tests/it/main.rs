@@ -6,6 +6,7 @@
 mod common;
 mod k8s_api;
 
+mod admission;
 mod api;
 mod appliance;
 mod connections;

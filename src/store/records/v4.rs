@@ -6,12 +6,11 @@
 
 use serde::{Deserialize, Serialize};
 
-pub use super::v3::{
-    Attempt, DeadLetter, DeadLetterCategory, ExecutorKind, HistoryRecord, KillReason,
-    LaunchAction, LaunchRecord, OutboxMessage, OutboxPayload, PipelineSource, PodRecord,
-    Verdict,
-};
 use super::v2::{self, Implausible};
+pub use super::v3::{
+    Attempt, DeadLetter, DeadLetterCategory, ExecutorKind, HistoryRecord, KillReason, LaunchAction,
+    LaunchRecord, OutboxMessage, OutboxPayload, PipelineSource, PodRecord, Verdict,
+};
 use crate::engine;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,7 +93,9 @@ impl TryFrom<RunHeader> for engine::RunHeader {
             state: header.state,
             created_at: header.created_at,
             updated_at: header.updated_at,
-            cancel: header.cancel.map(|c| v2::CancelRequest { by: c.by, at: c.at }),
+            cancel: header
+                .cancel
+                .map(|c| v2::CancelRequest { by: c.by, at: c.at }),
             budget: header.budget,
             auto_retry: header.auto_retry,
         };
@@ -103,7 +104,11 @@ impl TryFrom<RunHeader> for engine::RunHeader {
             cancel.reason = reason;
         }
         if admission.parallelism == Some(0) {
-            return Err(v2::implausible("run", "admission.parallelism", "parallelism 0 admits nothing"));
+            return Err(v2::implausible(
+                "run",
+                "admission.parallelism",
+                "parallelism 0 admits nothing",
+            ));
         }
         let group = match admission.group {
             Some(group) if group.limit == 0 || group.name.is_empty() => {
