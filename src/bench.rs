@@ -28,6 +28,8 @@ pub struct Options {
     pub inflight: u64,
     pub crash_steps: u64,
     pub dead_lettered: u64,
+    /// Queued steps of the admission rows.
+    pub queued: u64,
     pub only: Option<String>,
 }
 
@@ -50,11 +52,11 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     let mut report = Report { rows: Vec::new() };
     let n = if options.quick { 300 } else { 2000 };
     if let Some(only) = &options.only {
-        anyhow::ensure!(
-            only == "sweep",
-            "--only: unknown measurement {only:?} (one of: sweep)"
-        );
-        return sweep_row(options, &mut report);
+        return match only.as_str() {
+            "sweep" => sweep_row(options, &mut report),
+            "admission" => admission_rows(options, &mut report),
+            _ => anyhow::bail!("--only: unknown measurement {only:?} (one of: sweep, admission)"),
+        };
     }
 
     let fsync = fsync_latency(&options.dir, n)?;
@@ -143,7 +145,195 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         &format!("kill -9 with {} steps in flight", options.crash_steps),
         crash,
     );
-    sweep_row(options, &mut report)
+    sweep_row(options, &mut report)?;
+    admission_rows(options, &mut report)
+}
+
+/// Admission control: the decision alone (a slot frees, the next step is chosen) with
+/// 1,000 and `queued` steps waiting, so the two read as a ratio; then the real driver and
+/// store draining `queued` runs through a pool of 4 (the fake executor answers at once),
+/// with the store's size and this process's RSS.
+fn admission_rows(options: &Options, report: &mut Report) -> anyhow::Result<()> {
+    let queued = options.queued;
+    let (small, small_p99) = admission_decisions(1_000);
+    let (large, large_p99) = admission_decisions(queued);
+    report.row(
+        &format!("admission decision (slot freed -> next step chosen), 1000 vs {queued} queued"),
+        format!(
+            "{:.2} us vs {:.2} us median ({:.2}x), p99 {:.2} vs {:.2} us (target < 1 ms, growth <= log n)",
+            small.as_secs_f64() * 1e6,
+            large.as_secs_f64() * 1e6,
+            ratio(large, small),
+            small_p99.as_secs_f64() * 1e6,
+            large_p99.as_secs_f64() * 1e6,
+        ),
+    );
+    let runtime = tokio::runtime::Runtime::new()?;
+    let (submitted, drained, store_mb, rss_mb) =
+        runtime.block_on(admission_drain(&options.dir.join("admission"), queued))?;
+    report.row(
+        &format!("{queued} runs queued for a pool of 4 (real driver and store, fake executor)"),
+        format!(
+            "submitted in {:.1}s; first 2000 admitted at {drained:.0}/s (each a commit of the verdict that freed the slot and the next launch); store {store_mb:.0} MB, RSS {rss_mb:.0} MB",
+            submitted.as_secs_f64()
+        ),
+    );
+    Ok(())
+}
+
+/// The scheduler alone: `queued` one-step runs waiting for a pool of 4; each sample frees
+/// one slot (the run ends) and admits the next step.
+fn admission_decisions(queued: u64) -> (Duration, Duration) {
+    use crate::engine::admission::{Limits, Scheduler};
+    let (_, pipeline) = one_step().expect("the bench pipeline parses");
+    let limits = Limits {
+        local: 4,
+        ..Limits::default()
+    };
+    let mut scheduler = Scheduler::new(limits);
+    let mut runs = std::collections::HashMap::new();
+    let total = queued + 4;
+    for i in 0..total {
+        let id = RunId(u128::from(i) + 1);
+        let run = crate::engine::Run {
+            header: RunHeader {
+                id,
+                pipeline_name: "bench".into(),
+                origin: "local".into(),
+                state: RunState::Queued,
+                created_at: Timestamp(1_000_000 + i),
+                updated_at: Timestamp(1_000_000 + i),
+                cancel: None,
+                budget: None,
+                auto_retry: Default::default(),
+                admission: RunAdmission::default(),
+            },
+            pipeline: pipeline.clone(),
+            steps: vec![RunStep::in_state(StepState::Queued {
+                since: Timestamp(1_000_000 + i),
+            })],
+        };
+        runs.insert(id, run);
+    }
+    scheduler.sync_all(runs.values());
+    let mut samples = Vec::new();
+    let mut active: std::collections::VecDeque<RunId> = std::collections::VecDeque::new();
+    let admit = |scheduler: &mut Scheduler,
+                 runs: &mut std::collections::HashMap<RunId, crate::engine::Run>,
+                 active: &mut std::collections::VecDeque<RunId>| {
+        for (id, _) in scheduler.take_decided() {
+            if let Some(run) = runs.get_mut(&id) {
+                run.steps[0].state = StepState::Active;
+                scheduler.sync(run);
+                active.push_back(id);
+            }
+        }
+    };
+    admit(&mut scheduler, &mut runs, &mut active);
+    for _ in 0..2_000.min(queued) {
+        let Some(id) = active.pop_front() else { break };
+        let Some(mut run) = runs.remove(&id) else {
+            break;
+        };
+        run.steps[0].state = StepState::Succeeded;
+        run.header.state = RunState::Succeeded;
+        let start = Instant::now();
+        scheduler.sync(&run);
+        let decided = scheduler.take_decided();
+        samples.push(start.elapsed());
+        for (id, _) in decided {
+            if let Some(run) = runs.get_mut(&id) {
+                run.steps[0].state = StepState::Active;
+                scheduler.sync(run);
+                active.push_back(id);
+            }
+        }
+    }
+    samples.sort_unstable();
+    let p99 = samples
+        .get(samples.len() * 99 / 100)
+        .copied()
+        .unwrap_or_default();
+    (median(samples), p99)
+}
+
+/// The real service: `queued` runs submitted while the pool is closed, then it opens to
+/// 4 and the time to admit 2000 of them is taken (each admission commits with the
+/// verdict that freed its slot).
+async fn admission_drain(dir: &Path, queued: u64) -> anyhow::Result<(Duration, f64, f64, f64)> {
+    let _ = std::fs::remove_dir_all(dir);
+    // The pool starts closed (limit 0, which no configuration can set): every run queues.
+    let settings = Settings::default();
+    let limits = |local| crate::config::Live {
+        admission: crate::engine::admission::Limits {
+            local,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    settings.replace_live(limits(0));
+    let running = service::start_with(StateDir::new(dir), settings, |reports| {
+        Ok(FakeExecutor::succeeding(reports))
+    })
+    .await?;
+    let service = running.service.clone();
+    let (source, pipeline) = one_step()?;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    let clients = 64;
+    for client in 0..clients {
+        let service = service.clone();
+        let (source, pipeline) = (source.clone(), pipeline.clone());
+        let count = queued / clients + u64::from(client < queued % clients);
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..count {
+                service
+                    .submit(
+                        source.clone(),
+                        pipeline.clone(),
+                        "bench".into(),
+                        RunAdmission::of(&pipeline),
+                        None,
+                    )
+                    .await?;
+            }
+            Ok::<(), anyhow::Error>(())
+        }));
+    }
+    for task in tasks {
+        task.await??;
+    }
+    let submitted = started.elapsed();
+    let counts = |service: &service::Service| -> anyhow::Result<u64> {
+        let read = service.store.read()?;
+        Ok(read.active_run_ids()?.len() as u64)
+    };
+    let before = counts(&service)?;
+    let drain = Instant::now();
+    service.settings.replace_live(limits(4));
+    // A batch takes the new limits.
+    service
+        .ping()
+        .await
+        .map_err(|_| anyhow::anyhow!("the service stopped"))?;
+    let target = before.saturating_sub(2_000.min(queued));
+    while counts(&service)? > target {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let rate = (before - target) as f64 / drain.elapsed().as_secs_f64();
+    let store_mb = std::fs::metadata(dir.join("scarab.redb"))
+        .map(|m| m.len() as f64 / 1e6)
+        .unwrap_or(0.0);
+    let rss_mb = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0);
+    running.stop().await;
+    Ok((submitted, rate, store_mb, rss_mb))
 }
 
 fn sweep_row(options: &Options, report: &mut Report) -> anyhow::Result<()> {

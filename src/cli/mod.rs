@@ -628,7 +628,10 @@ enum Command {
         /// Dead-lettered runs in the store for the auto-retry sweep measurement.
         #[arg(long, default_value_t = 100_000)]
         dead_lettered: u64,
-        /// Run only this measurement (`sweep`).
+        /// Queued steps for the admission control measurements.
+        #[arg(long, default_value_t = 100_000)]
+        queued: u64,
+        /// Run only this measurement (`sweep`, `admission`).
         #[arg(long)]
         only: Option<String>,
     },
@@ -797,6 +800,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             inflight,
             crash_steps,
             dead_lettered,
+            queued,
             only,
         } => {
             crate::bench::run(&crate::bench::Options {
@@ -806,6 +810,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 inflight,
                 crash_steps,
                 dead_lettered,
+                queued,
                 only,
             })?;
             Ok(ExitCode::SUCCESS)

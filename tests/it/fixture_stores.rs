@@ -57,6 +57,33 @@ fn role(expected: &Value, name: &str) -> String {
 }
 
 /// The highest fence any run of the fixture had.
+/// A run detail read now equals what the writing build answered, but for fields added to
+/// the contract since (it only grows): those are left out, and an old run shows their
+/// defaults.
+fn assert_same_detail(fixture: &Path, what: &str, got: &Value, want: &Value) {
+    let mut added = Vec::new();
+    let got = without_added(got, want, &mut added);
+    for (key, value) in &added {
+        let default = match key.as_str() {
+            "admission" => {
+                serde_json::json!({"priority": 0, "parallelism": null, "concurrency": null})
+            }
+            "cancel_reason" | "waiting_for" => Value::Null,
+            other => panic!(
+                "{}: field {other} is new but not known to this test",
+                fixture.display()
+            ),
+        };
+        assert_eq!(value, &default, "{}: {what}: {key}", fixture.display());
+    }
+    assert_eq!(
+        &got,
+        want,
+        "{}: {what} reads back differently",
+        fixture.display()
+    );
+}
+
 /// `got` without the object keys `want` does not have (recursively), each left out key
 /// and its value collected in `added`.
 fn without_added(got: &Value, want: &Value, added: &mut Vec<(String, Value)>) -> Value {
@@ -116,29 +143,7 @@ fn every_fixture_store_reads_back_as_its_writer_answered() {
             let run = scarab::service::driver_rebuild(stored).expect("rebuilds");
             let got =
                 serde_json::to_value(scarab::api::dto::run_detail(&run, 0, &[])).expect("json");
-            // Fields added to the run detail after the writing build: the contract only
-            // grows. They are left out of the comparison, and old runs show their defaults.
-            let mut added = Vec::new();
-            let got = without_added(&got, &want["detail"], &mut added);
-            for (key, value) in &added {
-                let default = match key.as_str() {
-                    "admission" => {
-                        serde_json::json!({"priority": 0, "parallelism": null, "concurrency": null})
-                    }
-                    "cancel_reason" | "waiting_for" => Value::Null,
-                    other => panic!(
-                        "{}: field {other} is new but not known to this test",
-                        fixture.display()
-                    ),
-                };
-                assert_eq!(value, &default, "{}: run {id}: {key}", fixture.display());
-            }
-            assert_eq!(
-                got,
-                want["detail"],
-                "{}: run {id} reads back differently",
-                fixture.display()
-            );
+            assert_same_detail(&fixture, &format!("run {id}"), &got, &want["detail"]);
         }
         let letters: Vec<Value> = read
             .dead_letters(None, 100)
@@ -181,11 +186,11 @@ fn every_fixture_store_carries_on_under_this_build() {
             "quarantined",
         ] {
             let id = role(&expected, name);
-            assert_eq!(
-                server.run(&id),
-                expected["runs"][&id]["detail"],
-                "{}: the {name} run answers differently",
-                fixture.display()
+            assert_same_detail(
+                &fixture,
+                &format!("the {name} run"),
+                &server.run(&id),
+                &expected["runs"][&id]["detail"],
             );
         }
         let (_, letters) = server.get("/v1/dlq");
