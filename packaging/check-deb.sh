@@ -129,7 +129,7 @@ if "$BIN" config check --help >/dev/null 2>&1; then
     # Left out: the alternatives that name files which do not exist here (a token's
     # `file`, which excludes its `sha256`; `kubeconfig`, which excludes `in_cluster`), and
     # the secrets `dir`, which must exist.
-    sed -E 's/^#([a-z_0-9]+ = )/\1/; s/^#(\[\[(webhooks|tokens)\]\])$/\1/' \
+    sed -E 's/^#([a-z_0-9]+ = )/\1/; s/^#(\[\[(webhooks|tokens|locks)\]\])$/\1/' \
         "$ROOT/etc/scarab/scarab.toml" | grep -Ev '^(file|kubeconfig|dir) = ' >"$WORK/all-settings.toml"
     "$BIN" config check "$WORK/all-settings.toml" ||
         die "the packaged config with every setting uncommented does not pass scarab config check"
