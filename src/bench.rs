@@ -169,13 +169,18 @@ fn admission_rows(options: &Options, report: &mut Report) -> anyhow::Result<()> 
         ),
     );
     let runtime = tokio::runtime::Runtime::new()?;
-    let (submitted, drained, store_mb, rss_mb) =
-        runtime.block_on(admission_drain(&options.dir.join("admission"), queued))?;
+    let small = runtime.block_on(admission_drain(&options.dir.join("admission-small"), 1_000))?;
+    let large = runtime.block_on(admission_drain(&options.dir.join("admission"), queued))?;
     report.row(
-        &format!("{queued} runs queued for a pool of 4 (real driver and store, fake executor)"),
+        &format!("runs queued for a pool of 4, 1000 vs {queued} (real driver and store, fake executor)"),
         format!(
-            "submitted in {:.1}s; first 2000 admitted at {drained:.0}/s (each a commit of the verdict that freed the slot and the next launch); store {store_mb:.0} MB, RSS {rss_mb:.0} MB",
-            submitted.as_secs_f64()
+            "first 500 admitted at {:.0}/s vs {:.0}/s ({:.2}x; each admission commits with the verdict that freed its slot); {queued} submitted in {:.1}s; store {:.0} MB; RSS +{:.0} MB over the service before submitting",
+            small.rate,
+            large.rate,
+            large.rate / small.rate,
+            large.submitted.as_secs_f64(),
+            large.store_mb,
+            large.rss_grown_mb,
         ),
     );
     Ok(())
@@ -258,9 +263,27 @@ fn admission_decisions(queued: u64) -> (Duration, Duration) {
 }
 
 /// The real service: `queued` runs submitted while the pool is closed, then it opens to
-/// 4 and the time to admit 2000 of them is taken (each admission commits with the
+/// 4 and the time to admit 500 of them is taken (each admission commits with the
 /// verdict that freed its slot).
-async fn admission_drain(dir: &Path, queued: u64) -> anyhow::Result<(Duration, f64, f64, f64)> {
+struct Drain {
+    submitted: Duration,
+    rate: f64,
+    store_mb: f64,
+    rss_grown_mb: f64,
+}
+
+fn rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+async fn admission_drain(dir: &Path, queued: u64) -> anyhow::Result<Drain> {
     let _ = std::fs::remove_dir_all(dir);
     // The pool starts closed (limit 0, which no configuration can set): every run queues.
     let settings = Settings::default();
@@ -278,6 +301,7 @@ async fn admission_drain(dir: &Path, queued: u64) -> anyhow::Result<(Duration, f
     .await?;
     let service = running.service.clone();
     let (source, pipeline) = one_step()?;
+    let rss_before = rss_mb();
     let started = Instant::now();
     let mut tasks = Vec::new();
     let clients = 64;
@@ -316,7 +340,7 @@ async fn admission_drain(dir: &Path, queued: u64) -> anyhow::Result<(Duration, f
         .ping()
         .await
         .map_err(|_| anyhow::anyhow!("the service stopped"))?;
-    let target = before.saturating_sub(2_000.min(queued));
+    let target = before.saturating_sub(500.min(queued));
     while counts(&service)? > target {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -324,16 +348,14 @@ async fn admission_drain(dir: &Path, queued: u64) -> anyhow::Result<(Duration, f
     let store_mb = std::fs::metadata(dir.join("scarab.redb"))
         .map(|m| m.len() as f64 / 1e6)
         .unwrap_or(0.0);
-    let rss_mb = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0);
+    let rss_grown_mb = rss_mb() - rss_before;
     running.stop().await;
-    Ok((submitted, rate, store_mb, rss_mb))
+    Ok(Drain {
+        submitted,
+        rate,
+        store_mb,
+        rss_grown_mb,
+    })
 }
 
 fn sweep_row(options: &Options, report: &mut Report) -> anyhow::Result<()> {
