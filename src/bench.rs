@@ -598,7 +598,17 @@ fn one_step() -> anyhow::Result<(PipelineSource, Arc<pipeline::Pipeline>)> {
 /// each run is three durable transitions (submit, launch confirmed, verdict).
 async fn transitions(dir: &Path, quick: bool) -> anyhow::Result<(Duration, f64)> {
     let _ = std::fs::remove_dir_all(dir);
-    let running = service::start_with(StateDir::new(dir), Settings::default(), |reports| {
+    // The fake executor runs nothing: a pool as large as the clients, so this measures
+    // the durable transitions, not a pool of the machine's CPUs.
+    let settings = Settings::default();
+    settings.replace_live(crate::config::Live {
+        admission: crate::engine::admission::Limits {
+            local: 256,
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let running = service::start_with(StateDir::new(dir), settings, |reports| {
         Ok(FakeExecutor::succeeding(reports))
     })
     .await?;

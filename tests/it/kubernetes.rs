@@ -1161,3 +1161,60 @@ fn kill9_during_sweeps_leaves_every_run_resubmitted_completely_or_untouched() {
     let (_, ready) = server.get("/readyz");
     assert_eq!(ready["progress"]["stuck"], serde_json::json!([]), "{ready}");
 }
+
+#[test]
+fn max_pods_bounds_the_pods_alive_at_once() {
+    let dir = common::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    cluster.cluster.kubelet().auto(true);
+    let kubeconfig = cluster.cluster.kubeconfig(dir.path());
+    let server = Server::start_with_env(
+        &dir.path().join("state"),
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().expect("utf-8 path"),
+            "--kube-namespace",
+            "default",
+        ],
+        &[("SCARAB_MAX_PODS", "2")],
+    );
+    let yaml = format!("name: k\nsteps:\n{}", kube_step("s", "sleep 0.3; exit 0"));
+    let ids: Vec<String> = (0..6).map(|_| server.submit(&yaml)).collect();
+    // Pods that have not ended, sampled while the runs go through.
+    let mut most = 0;
+    let deadline = std::time::Instant::now() + WITHIN;
+    loop {
+        let alive = cluster
+            .cluster
+            .pods()
+            .into_iter()
+            .filter(|p| {
+                let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+                !matches!(phase.as_deref(), Some("Succeeded" | "Failed"))
+            })
+            .count();
+        most = most.max(alive);
+        let done = ids.iter().all(|id| {
+            let state = server.run(id)["state"].clone();
+            state == "succeeded" || state == "failed"
+        });
+        if done {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "runs did not end");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(most <= 2, "{most} Pods were alive at once");
+    assert_eq!(most, 2, "the pool was used to its limit");
+    for id in &ids {
+        assert_eq!(server.run(id)["state"], "succeeded");
+    }
+    assert_eq!(cluster.pod_creations(), 6, "one Pod per run");
+    let (_, queue) = server.get("/v1/queue");
+    let pods = &queue["pools"][1];
+    assert_eq!(
+        (&pods["name"], &pods["used"], &pods["limit"]),
+        (&"kubernetes".into(), &0.into(), &2.into()),
+        "{queue}"
+    );
+}
