@@ -94,6 +94,8 @@ pub struct EngineSection {
     /// One point of run priority is worth this much waiting (reloaded by SIGHUP).
     #[serde(default, with = "optional_duration")]
     pub priority_aging: Option<Duration>,
+    /// Runs in progress at most; a submission beyond gets 429 (reloaded by SIGHUP).
+    pub max_active_runs: Option<u32>,
 }
 
 /// `[kubernetes]`: where `executor: kubernetes` steps run.
@@ -252,9 +254,13 @@ impl Default for crate::engine::admission::Limits {
             pods: DEFAULT_MAX_PODS,
             locks: Default::default(),
             aging_ms: DEFAULT_PRIORITY_AGING.as_millis() as u64,
+            active_runs: DEFAULT_MAX_ACTIVE_RUNS,
         }
     }
 }
+
+/// `engine.max_active_runs` when unset.
+pub const DEFAULT_MAX_ACTIVE_RUNS: u32 = 100_000;
 
 /// `kubernetes.max_pods` when unset.
 pub const DEFAULT_MAX_PODS: u32 = 100;
@@ -353,10 +359,21 @@ impl ConfigFile {
                 return Err(format!("locks[{i}].name: {:?} is named twice", lock.name));
             }
         }
+        let active_runs = self
+            .engine
+            .max_active_runs
+            .unwrap_or(DEFAULT_MAX_ACTIVE_RUNS);
+        if !(1..=crate::limits::ACTIVE_RUNS_MAX).contains(&active_runs) {
+            return Err(format!(
+                "engine.max_active_runs: must be between 1 and {}",
+                crate::limits::ACTIVE_RUNS_MAX
+            ));
+        }
         Ok(crate::engine::admission::Limits {
             local,
             pods,
             locks,
+            active_runs,
             aging_ms: u64::try_from(aging.as_millis()).unwrap_or(u64::MAX),
         })
     }

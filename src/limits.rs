@@ -162,6 +162,8 @@ pub const POOL_LIMIT_MAX: u32 = 100_000;
 /// `engine.priority_aging`: one point of priority is worth this much waiting.
 pub const PRIORITY_AGING_MIN: Duration = Duration::from_secs(1);
 pub const PRIORITY_AGING_MAX: Duration = Duration::from_secs(24 * 3600);
+/// `engine.max_active_runs` at most.
+pub const ACTIVE_RUNS_MAX: u32 = 10_000_000;
 /// Entries `GET /v1/queue` lists at most.
 pub const QUEUE_LIST_MAX: usize = 1000;
 

@@ -117,11 +117,13 @@ impl Refusal for SubmitRejected {
     fn status(&self) -> StatusCode {
         match self {
             SubmitRejected::IdempotencyConflict(_) => StatusCode::CONFLICT,
+            SubmitRejected::Full { .. } => StatusCode::TOO_MANY_REQUESTS,
         }
     }
     fn field(&self) -> Option<String> {
         match self {
             SubmitRejected::IdempotencyConflict(_) => Some("Idempotency-Key".into()),
+            SubmitRejected::Full { .. } => None,
         }
     }
 }

@@ -93,6 +93,9 @@ pub struct Limits {
     pub locks: BTreeMap<String, u32>,
     /// One point of priority is worth this much waiting, in milliseconds.
     pub aging_ms: u64,
+    /// Runs in progress (not terminal) at most: a submission beyond is refused, so the
+    /// queue is bounded (`engine.max_active_runs`).
+    pub active_runs: u32,
 }
 
 impl Limits {

@@ -38,6 +38,11 @@ pub struct Submitted {
 pub enum SubmitRejected {
     #[error("Idempotency-Key already names run {0}, submitted with a different pipeline")]
     IdempotencyConflict(RunId),
+    /// As many runs are in progress as `engine.max_active_runs` allows.
+    #[error(
+        "{limit} runs are in progress (engine.max_active_runs); submit again when some have ended"
+    )]
+    Full { limit: u32 },
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -149,6 +149,12 @@ impl<E: Executor> Driver<E> {
                 existing: true,
             }));
         }
+        // A replay of a known key is answered above whatever the load; a new run only
+        // while fewer than the limit are in progress, which bounds the queue too.
+        let limit = self.scheduler.limits().active_runs;
+        if self.runs.len() >= limit as usize {
+            return Ok(Err(SubmitRejected::Full { limit }));
+        }
         let id = self.next_run_id(now);
         let group = admission.group.clone();
         let (run, effects) = self.engine.submit(
