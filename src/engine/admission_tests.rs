@@ -71,6 +71,7 @@ fn limits(local: u32, pods: u32, locks: &[(&str, u32)]) -> Limits {
             .map(|(n, l)| (n.to_string(), *l))
             .collect::<BTreeMap<_, _>>(),
         aging_ms: 60_000,
+        active_runs: 1_000_000,
     }
 }
 
