@@ -272,8 +272,9 @@ struct Drain {
     rss_grown_mb: f64,
 }
 
-fn rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
+/// `VmRSS` of a process (`self` or a pid), in MB.
+fn rss_mb(pid: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|t| {
             t.lines()
@@ -301,32 +302,9 @@ async fn admission_drain(dir: &Path, queued: u64) -> anyhow::Result<Drain> {
     .await?;
     let service = running.service.clone();
     let (source, pipeline) = one_step()?;
-    let rss_before = rss_mb();
+    let rss_before = rss_mb("self");
     let started = Instant::now();
-    let mut tasks = Vec::new();
-    let clients = 64;
-    for client in 0..clients {
-        let service = service.clone();
-        let (source, pipeline) = (source.clone(), pipeline.clone());
-        let count = queued / clients + u64::from(client < queued % clients);
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..count {
-                service
-                    .submit(
-                        source.clone(),
-                        pipeline.clone(),
-                        "bench".into(),
-                        RunAdmission::of(&pipeline),
-                        None,
-                    )
-                    .await?;
-            }
-            Ok::<(), anyhow::Error>(())
-        }));
-    }
-    for task in tasks {
-        task.await??;
-    }
+    submit_many(&service, &source, &pipeline, 64, queued).await?;
     let submitted = started.elapsed();
     let counts = |service: &service::Service| -> anyhow::Result<u64> {
         let read = service.store.read()?;
@@ -348,7 +326,7 @@ async fn admission_drain(dir: &Path, queued: u64) -> anyhow::Result<Drain> {
     let store_mb = std::fs::metadata(dir.join("scarab.redb"))
         .map(|m| m.len() as f64 / 1e6)
         .unwrap_or(0.0);
-    let rss_grown_mb = rss_mb() - rss_before;
+    let rss_grown_mb = rss_mb("self") - rss_before;
     running.stop().await;
     Ok(Drain {
         submitted,
@@ -634,12 +612,31 @@ async fn transitions(dir: &Path, quick: bool) -> anyhow::Result<(Duration, f64)>
     let clients = 256;
     let per_client = if quick { 20 } else { 100 };
     let start = Instant::now();
+    submit_many(&service, &source, &pipeline, clients, clients * per_client).await?;
+    wait_idle(&service).await?;
+    let elapsed = start.elapsed();
+    running.stop().await;
+    Ok((
+        single,
+        (clients * per_client * 3) as f64 / elapsed.as_secs_f64(),
+    ))
+}
+
+/// `total` one-step runs submitted by `clients` concurrent tasks.
+async fn submit_many(
+    service: &service::Service,
+    source: &PipelineSource,
+    pipeline: &Arc<pipeline::Pipeline>,
+    clients: u64,
+    total: u64,
+) -> anyhow::Result<()> {
     let mut tasks = Vec::new();
-    for _ in 0..clients {
+    for client in 0..clients {
         let service = service.clone();
         let (source, pipeline) = (source.clone(), pipeline.clone());
+        let count = total / clients + u64::from(client < total % clients);
         tasks.push(tokio::spawn(async move {
-            for _ in 0..per_client {
+            for _ in 0..count {
                 service
                     .submit(
                         source.clone(),
@@ -656,13 +653,7 @@ async fn transitions(dir: &Path, quick: bool) -> anyhow::Result<(Duration, f64)>
     for task in tasks {
         task.await??;
     }
-    wait_idle(&service).await?;
-    let elapsed = start.elapsed();
-    running.stop().await;
-    Ok((
-        single,
-        (clients * per_client * 3) as f64 / elapsed.as_secs_f64(),
-    ))
+    Ok(())
 }
 
 async fn wait_idle(service: &service::Service) -> anyhow::Result<()> {
@@ -790,14 +781,7 @@ impl Server {
     }
 
     fn rss_mb(&self) -> f64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .ok()
-            .and_then(|t| {
-                t.lines()
-                    .find(|l| l.starts_with("VmRSS:"))
-                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-            })
-            .map_or(0.0, |kb| kb / 1024.0)
+        rss_mb(&self.child.id().to_string())
     }
 
     fn token(&self) -> anyhow::Result<String> {

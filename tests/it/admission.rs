@@ -128,6 +128,17 @@ impl Sampler {
         }
     }
 
+    /// Stops, and checks that never more than `limit` steps were alive at once while the
+    /// sampler did see the load.
+    fn assert_at_most(self, limit: usize) {
+        let (max, samples) = self.finish();
+        assert!(max <= limit, "{max} step processes were alive at once");
+        assert!(
+            max >= 2 && samples > 100,
+            "the sampler saw the load ({max}, {samples} samples)"
+        );
+    }
+
     /// (largest count seen, samples taken).
     fn finish(mut self) -> (usize, usize) {
         self.stop.store(true, Ordering::Relaxed);
@@ -253,12 +264,7 @@ fn a_pool_of_4_never_runs_more_and_admits_by_priority_then_submit_order() {
     std::fs::write(&go, b"").expect("go");
     let ids: Vec<String> = submitted.iter().map(|(_, id)| id.clone()).collect();
     let runs = wait_all(&server, &ids);
-    let (max, samples) = sampler.finish();
-    assert!(max <= 4, "{max} step processes were alive at once");
-    assert!(
-        max >= 2 && samples > 100,
-        "the sampler saw the load ({max}, {samples} samples)"
-    );
+    sampler.assert_at_most(4);
 
     // Every run succeeded, ran once, and was admitted in (priority, submit order).
     let mut by_fence = BTreeMap::new();
@@ -308,12 +314,7 @@ fn kill9_during_the_load_never_exceeds_the_pool_and_runs_each_step_once() {
     server.kill9();
     server.resume();
     let runs = wait_all(&server, &ids);
-    let (max, samples) = sampler.finish();
-    assert!(max <= 4, "{max} step processes were alive at once");
-    assert!(
-        max >= 2 && samples > 100,
-        "the sampler saw the load ({max}, {samples} samples)"
-    );
+    sampler.assert_at_most(4);
     let mut minted = Vec::new();
     for run in &runs {
         assert_eq!(run["state"], "succeeded", "{run:#}");
