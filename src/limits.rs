@@ -162,6 +162,14 @@ pub const POOL_LIMIT_MAX: u32 = 100_000;
 /// `engine.priority_aging`: one point of priority is worth this much waiting.
 pub const PRIORITY_AGING_MIN: Duration = Duration::from_secs(1);
 pub const PRIORITY_AGING_MAX: Duration = Duration::from_secs(24 * 3600);
+/// Space kept in reserve in the state dir (`STATE/reserve`): freed when the disk fills,
+/// so verdicts, kills and cancels can still be recorded; made again once space returns.
+pub const DISK_RESERVE_BYTES: u64 = 4 * 1024 * 1024;
+/// How often a full disk is checked for space again.
+pub const DISK_RECHECK: Duration = Duration::from_secs(1);
+/// How long a supervisor keeps trying to write a verdict the full disk refuses.
+pub const VERDICT_WRITE_PATIENCE: Duration = Duration::from_secs(600);
+
 /// `engine.max_active_runs` at most.
 pub const ACTIVE_RUNS_MAX: u32 = 10_000_000;
 /// Entries `GET /v1/queue` lists at most.

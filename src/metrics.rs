@@ -68,6 +68,9 @@ pub struct Metrics {
     pub pool_slots_limit: Family<PoolLabel, Gauge>,
     pub queued_steps: Family<ReasonLabel, Gauge>,
     pub queued_seconds: Histogram,
+    /// 1 while the state dir's disk is full (submissions refused with 507).
+    pub disk_full: Gauge,
+    pub disk_full_events: Counter,
 }
 
 impl Default for Metrics {
@@ -112,6 +115,8 @@ impl Metrics {
             queued_seconds: Histogram::new(
                 prometheus_client::metrics::histogram::exponential_buckets(0.01, 4.0, 14),
             ),
+            disk_full: Gauge::default(),
+            disk_full_events: Counter::default(),
         };
         registry.register("runs", "Runs by state", metrics.runs.clone());
         registry.register(
@@ -223,6 +228,16 @@ impl Metrics {
             "Time admitted steps spent queued",
             prometheus_client::registry::Unit::Seconds,
             metrics.queued_seconds.clone(),
+        );
+        registry.register(
+            "disk_full",
+            "1 while the state dir's disk is full: submissions are refused (507), what runs is still recorded",
+            metrics.disk_full.clone(),
+        );
+        registry.register(
+            "disk_full_events",
+            "Times the state dir's disk filled",
+            metrics.disk_full_events.clone(),
         );
         if let Ok(mut slot) = metrics.registry.lock() {
             *slot = registry;

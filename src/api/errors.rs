@@ -63,6 +63,9 @@ impl IntoResponse for ApiError {
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         tracing::error!(%error, "store error serving a request");
+        if error.is_disk_full() {
+            return ApiError::new(StatusCode::INSUFFICIENT_STORAGE, error.to_string());
+        }
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
     }
 }
@@ -100,6 +103,10 @@ impl<E: Refusal> From<ServiceError<E>> for ApiError {
                 tracing::error!(error = %message, "store error serving a request");
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
             }
+            ServiceError::DiskFull(message) => {
+                tracing::error!(error = %message, "the state dir's disk is full");
+                ApiError::new(StatusCode::INSUFFICIENT_STORAGE, error.to_string())
+            }
             ServiceError::ShuttingDown => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, error.to_string())
             }
@@ -118,12 +125,13 @@ impl Refusal for SubmitRejected {
         match self {
             SubmitRejected::IdempotencyConflict(_) => StatusCode::CONFLICT,
             SubmitRejected::Full { .. } => StatusCode::TOO_MANY_REQUESTS,
+            SubmitRejected::DiskFull => StatusCode::INSUFFICIENT_STORAGE,
         }
     }
     fn field(&self) -> Option<String> {
         match self {
             SubmitRejected::IdempotencyConflict(_) => Some("Idempotency-Key".into()),
-            SubmitRejected::Full { .. } => None,
+            SubmitRejected::Full { .. } | SubmitRejected::DiskFull => None,
         }
     }
 }

@@ -200,6 +200,12 @@ async fn readyz(State(state): State<ApiState>, headers: HeaderMap) -> Response {
     if !state.service.is_ready() {
         return unready("re-adopting".into());
     }
+    if state.service.metrics.disk_full.get() != 0 {
+        return unready(
+            "the state dir's disk is full: submissions are refused (507) until space returns; running steps are still recorded"
+                .into(),
+        );
+    }
     let depth = match state.service.store.read().and_then(|r| r.outbox_depth()) {
         Ok(depth) => depth,
         Err(error) => {

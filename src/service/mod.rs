@@ -3,6 +3,7 @@
 //!
 //! Used by `scarab serve` (with the HTTP API in front) and by `scarab run` (in-process).
 
+pub mod disk;
 mod dispatch;
 mod driver;
 pub mod forward_progress;
@@ -114,6 +115,11 @@ impl StateDir {
 
     pub fn database(&self) -> PathBuf {
         self.root.join("scarab.redb")
+    }
+
+    /// Space kept in reserve for when the disk fills (`limits::DISK_RESERVE_BYTES`).
+    pub fn reserve(&self) -> PathBuf {
+        self.root.join("reserve")
     }
 
     pub fn attempts(&self) -> PathBuf {
@@ -336,12 +342,17 @@ pub async fn start_with<E: Executor>(
     let outbox = dispatch::Outbox::new();
     let metrics: Arc<crate::metrics::Metrics> = Arc::default();
 
+    let reserve = state_dir.reserve();
+    if let Err(error) = disk::make_reserve(&reserve) {
+        tracing::warn!(%error, path = %reserve.display(), "cannot keep space in reserve");
+    }
     let driver = driver::Driver::recover(
         store.clone(),
         settings.clone(),
         executor.clone(),
         outbox.clone(),
         metrics.clone(),
+        reserve,
     )
     .await?;
     let driver = tokio::spawn(driver.run(commands_rx, reports_rx, shutdown_rx.clone(), ready_tx));

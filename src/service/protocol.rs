@@ -23,6 +23,9 @@ pub enum ServiceError<E: std::error::Error + 'static> {
     /// The store failed; nothing of the request happened.
     #[error("store: {0}")]
     Store(String),
+    /// The state dir's disk is full; nothing of the request happened.
+    #[error("the state dir's disk is full; nothing was recorded: {0}")]
+    DiskFull(String),
     #[error("the service is shutting down")]
     ShuttingDown,
 }
@@ -43,6 +46,9 @@ pub enum SubmitRejected {
         "{limit} runs are in progress (engine.max_active_runs); submit again when some have ended"
     )]
     Full { limit: u32 },
+    /// The state dir's disk is full: new runs wait until space returns.
+    #[error("the state dir's disk is full; no run was created: submit again when space returns")]
+    DiskFull,
 }
 
 #[derive(Debug, thiserror::Error)]

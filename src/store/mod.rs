@@ -73,6 +73,33 @@ pub enum StoreError {
     SchemaTooNew { found: u64 },
     #[error("store is inconsistent: {0}")]
     Corrupt(String),
+    #[error("store is closed: reopening it after an I/O error failed; retrying")]
+    Closed,
+}
+
+impl StoreError {
+    /// The filesystem is full (ENOSPC) or the quota is (EDQUOT).
+    pub fn is_disk_full(&self) -> bool {
+        let StoreError::Redb(error) = self else {
+            return false;
+        };
+        match error {
+            redb::Error::Io(io) => matches!(io.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)),
+            // redb keeps only the text of some I/O errors.
+            other => {
+                let text = other.to_string();
+                text.contains("No space left on device") || text.contains("Disk quota exceeded")
+            }
+        }
+    }
+
+    /// redb refuses everything after an I/O error until the file is opened again.
+    pub fn needs_reopen(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Redb(redb::Error::Io(_) | redb::Error::PreviousIo) | StoreError::Closed
+        ) || self.is_disk_full()
+    }
 }
 
 macro_rules! redb_into_store_error {
@@ -93,20 +120,61 @@ redb_into_store_error!(
     redb::SetDurabilityError
 );
 
+/// The store file. After an I/O error (a full disk) redb refuses every later operation
+/// until the database is closed and opened again: [`Store::reopen`] does that in place,
+/// so the service goes on once the cause is gone.
 pub struct Store {
-    db: Database,
+    path: std::path::PathBuf,
+    db: std::sync::RwLock<Option<Database>>,
 }
 
 impl Store {
     /// Opens (or creates) the store, creates missing tables and migrates older schemas.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         // Spelled out: the page cache is bounded, so memory does not grow with the store.
-        let db = Database::builder()
-            .set_cache_size(crate::limits::STORE_CACHE_BYTES)
-            .create(path)?;
-        let store = Store { db };
+        let store = Store {
+            path: path.to_path_buf(),
+            db: std::sync::RwLock::new(Some(Self::open_database(path)?)),
+        };
         store.initialize()?;
         Ok(store)
+    }
+
+    fn open_database(path: &Path) -> Result<Database, StoreError> {
+        // Spelled out: the page cache is bounded, so memory does not grow with the store.
+        Ok(Database::builder()
+            .set_cache_size(crate::limits::STORE_CACHE_BYTES)
+            .create(path)?)
+    }
+
+    /// Runs `f` on the open database; an error while it is closed (a reopen failed).
+    fn with_db<T>(&self, f: impl FnOnce(&Database) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let slot = self
+            .db
+            .read()
+            .map_err(|_| StoreError::Corrupt("the store's lock is poisoned".into()))?;
+        match slot.as_ref() {
+            Some(db) => f(db),
+            None => Err(StoreError::Closed),
+        }
+    }
+
+    /// Closes and opens the database file again: the way out of redb's "previous I/O
+    /// error" state. Transactions begun before are cut off (their reads fail); nothing
+    /// committed is lost. The caller holds no write transaction.
+    pub fn reopen(&self) -> Result<(), StoreError> {
+        let mut slot = self
+            .db
+            .write()
+            .map_err(|_| StoreError::Corrupt("the store's lock is poisoned".into()))?;
+        if let Some(old) = slot.take()
+            && let Err(error) = old.close()
+        {
+            tracing::warn!(%error, "closing the store before reopening it");
+        }
+        let db = Self::open_database(&self.path)?;
+        *slot = Some(db);
+        Ok(())
     }
 
     /// Writes a consistent snapshot of every table into a new store file at `dest` (which
@@ -120,7 +188,7 @@ impl Store {
                 dest.display()
             )));
         }
-        let read = self.db.begin_read()?;
+        let read = self.with_db(|db| Ok(db.begin_read()?))?;
         let copy = Database::builder()
             .set_cache_size(crate::limits::STORE_CACHE_BYTES)
             .create(dest)?;
@@ -137,14 +205,14 @@ impl Store {
 
     /// Row counts of every table, from one read transaction.
     pub fn table_counts(&self) -> Result<TableCounts, StoreError> {
-        let read = self.db.begin_read()?;
+        let read = self.with_db(|db| Ok(db.begin_read()?))?;
         count_tables(&read)
     }
 
     /// The names of the tables in the file.
     pub fn table_names(&self) -> Result<Vec<String>, StoreError> {
         use redb::TableHandle;
-        let read = self.db.begin_read()?;
+        let read = self.with_db(|db| Ok(db.begin_read()?))?;
         Ok(read.list_tables()?.map(|t| t.name().to_string()).collect())
     }
 
@@ -191,7 +259,7 @@ impl Store {
     }
 
     pub fn write(&self) -> Result<WriteTx, StoreError> {
-        let mut inner = self.db.begin_write()?;
+        let mut inner = self.with_db(|db| Ok(db.begin_write()?))?;
         // Spelled out: a commit is on disk before `commit` returns.
         inner.set_durability(Durability::Immediate)?;
         Ok(WriteTx { inner })
@@ -199,7 +267,7 @@ impl Store {
 
     pub fn read(&self) -> Result<ReadTx, StoreError> {
         Ok(ReadTx {
-            inner: self.db.begin_read()?,
+            inner: self.with_db(|db| Ok(db.begin_read()?))?,
         })
     }
 }

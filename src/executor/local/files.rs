@@ -164,13 +164,18 @@ pub fn attempt_dir(attempts: &Path, fence: Fence) -> PathBuf {
 /// and (with `durable`) so that it survives a power cut once this returns.
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], durable: bool) -> io::Result<()> {
     let tmp = dir.join(format!(".{name}.tmp"));
-    let mut file = File::create(&tmp)?;
-    file.write_all(bytes)?;
-    if durable {
-        file.sync_all()?;
+    let written = File::create(&tmp).and_then(|mut file| {
+        file.write_all(bytes)?;
+        if durable {
+            file.sync_all()?;
+        }
+        Ok(())
+    });
+    if let Err(error) = written.and_then(|()| fs::rename(&tmp, dir.join(name))) {
+        // A full disk leaves no half-written temporary behind.
+        let _ = fs::remove_file(&tmp);
+        return Err(error);
     }
-    drop(file);
-    fs::rename(&tmp, dir.join(name))?;
     if durable {
         File::open(dir)?.sync_all()?;
     }

@@ -76,9 +76,27 @@ pub fn supervise(dir: &Path) -> Result<(), SuperviseError> {
     // Atomic but not fsynced: the service commits the verdict durably to the store. A
     // power cut before that commit loses the file and the attempt is then reported
     // `lost`: conservative, never a second run under this fence.
-    files::write_verdict(dir, &verdict).map_err(io_error)?;
+    write_verdict_patiently(dir, &verdict).map_err(io_error)?;
     drop(lock);
     Ok(())
+}
+
+/// Writes the verdict, waiting out a full disk (the service frees its reserve when it hits
+/// one) for up to `limits::VERDICT_WRITE_PATIENCE`: the step has ended, and a verdict on
+/// disk is worth more than a `lost`.
+fn write_verdict_patiently(dir: &Path, verdict: &Verdict) -> io::Result<()> {
+    let deadline = Instant::now() + crate::limits::VERDICT_WRITE_PATIENCE;
+    loop {
+        match files::write_verdict(dir, verdict) {
+            Err(error)
+                if matches!(error.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// `Ok(None)`: the launch was never recorded, so nothing ran and no verdict is written;
@@ -403,19 +421,34 @@ fn capture(
     std::thread::spawn(move || {
         use std::io::Write;
         let mut buffer = vec![0u8; 64 * 1024];
+        // A log that cannot be written (a full disk) is cut there: the pipe is still
+        // drained so the step never blocks on it, and a marker says where, if it fits.
+        let mut cut: Option<io::Error> = None;
         loop {
             match from.read(&mut buffer) {
                 Ok(0) => break,
                 Ok(n) => {
-                    if to.write_all(&masker.push(&buffer[..n])).is_err() {
-                        break;
+                    let masked = masker.push(&buffer[..n]);
+                    if cut.is_none()
+                        && let Err(error) = to.write_all(&masked)
+                    {
+                        cut = Some(error);
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => break,
             }
         }
-        let _ = to.write_all(&masker.finish());
+        let tail = masker.finish();
+        match cut {
+            None => {
+                let _ = to.write_all(&tail);
+            }
+            Some(error) => {
+                let marker = format!("\n[scarab: output cut here, the log could not be written: {error}]\n");
+                let _ = to.write_all(marker.as_bytes());
+            }
+        }
         let _ = done.send(());
     });
 }

@@ -155,6 +155,9 @@ impl<E: Executor> Driver<E> {
         if self.runs.len() >= limit as usize {
             return Ok(Err(SubmitRejected::Full { limit }));
         }
+        if self.metrics.disk_full.get() != 0 {
+            return Ok(Err(SubmitRejected::DiskFull));
+        }
         let id = self.next_run_id(now);
         let group = admission.group.clone();
         let (run, effects) = self.engine.submit(

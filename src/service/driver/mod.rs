@@ -62,6 +62,8 @@ pub struct Driver<E: Executor> {
     scheduler: Scheduler,
     /// The last run id issued, so the next one sorts after it.
     last_run_id: Option<RunId>,
+    /// The state dir's reserve file (`service::disk`).
+    reserve: std::path::PathBuf,
 }
 
 /// What one batch changed, to write once per run at its end.
@@ -89,6 +91,7 @@ where
     Box::new(move |error| {
         let _ = to.send(match error {
             None => result.map_err(ServiceError::Domain),
+            Some(error) if error.is_disk_full() => Err(ServiceError::DiskFull(error.to_string())),
             Some(error) => Err(ServiceError::Store(error.to_string())),
         });
     })
@@ -137,7 +140,13 @@ impl<E: Executor> Driver<E> {
                 self.commit(Vec::new()).await;
                 continue;
             }
-            let timer_wait = self.next_timer.map(|due| due.since(clock::now()));
+            let mut timer_wait = self.next_timer.map(|due| due.since(clock::now()));
+            if self.disk_full() {
+                // A full disk is checked again every second.
+                let recheck = limits::DISK_RECHECK;
+                timer_wait = Some(timer_wait.map_or(recheck, |wait| wait.min(recheck)));
+                self.recheck_disk();
+            }
             let mut batch = Vec::new();
             tokio::select! {
                 _ = shutdown.changed() => break,
@@ -226,10 +235,48 @@ impl<E: Executor> Driver<E> {
         }
     }
 
+    fn disk_full(&self) -> bool {
+        self.metrics.disk_full.get() != 0
+    }
+
+    /// While the disk is full: once it has room again, the reserve is made again and
+    /// submissions are taken again.
+    fn recheck_disk(&self) {
+        if super::disk::has_room(&self.reserve) && super::disk::make_reserve(&self.reserve).is_ok()
+        {
+            self.metrics.disk_full.set(0);
+            tracing::warn!("the state dir's disk has room again: submissions are taken again");
+        }
+    }
+
     /// Nothing of the batch happened. The engine already changed the cached runs, so they
     /// are reloaded from the store, and in-flight attempts re-adopted, as after a restart.
+    /// After an I/O error the store is opened again first (redb refuses everything until
+    /// then); a full disk gives up the reserve so that what runs can still be recorded.
     async fn after_failed_commit(&mut self, batch: Batch, error: &StoreError) {
         tracing::error!(%error, "commit failed; reloading state from the store");
+        if error.is_disk_full() {
+            if !self.disk_full() {
+                self.metrics.disk_full.set(1);
+                self.metrics.disk_full_events.inc();
+                tracing::error!(
+                    "operator alert: the state dir's disk is full; submissions are refused (507) until space returns, running steps are still recorded"
+                );
+            }
+            if super::disk::release_reserve(&self.reserve) {
+                tracing::warn!(path = %self.reserve.display(), "reserve given up to record what runs");
+            } else {
+                // Nothing left to free: wait before the reload's re-adoption reports
+                // the same verdicts into the same full disk again.
+                tokio::time::sleep(limits::DISK_RECHECK).await;
+            }
+        }
+        if error.needs_reopen() {
+            match self.store.reopen() {
+                Ok(()) => tracing::warn!("store reopened after an I/O error"),
+                Err(error) => tracing::error!(%error, "reopening the store failed; retrying at the next batch"),
+            }
+        }
         // A sweep's candidates stay in the index for the next pass: its caller gets an
         // empty outcome.
         for reply in batch.replies {

@@ -10,6 +10,7 @@ impl<E: Executor> Driver<E> {
         executor: E,
         outbox: Outbox,
         metrics: Arc<crate::metrics::Metrics>,
+        reserve: std::path::PathBuf,
     ) -> Result<Driver<E>, StoreError> {
         let engine = Engine::new(settings.engine.clone());
         let scheduler = Scheduler::new(settings.live().admission.clone());
@@ -24,6 +25,7 @@ impl<E: Executor> Driver<E> {
             next_timer: None,
             scheduler,
             last_run_id: None,
+            reserve,
             metrics,
         };
         driver.reload().await?;
