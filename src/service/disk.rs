@@ -54,10 +54,16 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("dir");
         let path = dir.join("reserve");
         make_reserve(&path).expect("made");
-        assert_eq!(std::fs::metadata(&path).expect("exists").len(), DISK_RESERVE_BYTES);
+        assert_eq!(
+            std::fs::metadata(&path).expect("exists").len(),
+            DISK_RESERVE_BYTES
+        );
         std::fs::write(&path, b"short").expect("write");
         make_reserve(&path).expect("made again");
-        assert_eq!(std::fs::metadata(&path).expect("exists").len(), DISK_RESERVE_BYTES);
+        assert_eq!(
+            std::fs::metadata(&path).expect("exists").len(),
+            DISK_RESERVE_BYTES
+        );
         assert!(release_reserve(&path));
         assert!(!release_reserve(&path));
         assert!(has_room(&path));

@@ -148,7 +148,10 @@ impl Store {
     }
 
     /// Runs `f` on the open database; an error while it is closed (a reopen failed).
-    fn with_db<T>(&self, f: impl FnOnce(&Database) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    fn with_db<T>(
+        &self,
+        f: impl FnOnce(&Database) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let slot = self
             .db
             .read()

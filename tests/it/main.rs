@@ -11,6 +11,7 @@ mod api;
 mod appliance;
 mod connections;
 mod crash;
+mod edge;
 mod explain_pod;
 mod fixture_stores;
 mod gates;

@@ -445,7 +445,8 @@ fn capture(
                 let _ = to.write_all(&tail);
             }
             Some(error) => {
-                let marker = format!("\n[scarab: output cut here, the log could not be written: {error}]\n");
+                let marker =
+                    format!("\n[scarab: output cut here, the log could not be written: {error}]\n");
                 let _ = to.write_all(marker.as_bytes());
             }
         }

@@ -274,7 +274,9 @@ impl<E: Executor> Driver<E> {
         if error.needs_reopen() {
             match self.store.reopen() {
                 Ok(()) => tracing::warn!("store reopened after an I/O error"),
-                Err(error) => tracing::error!(%error, "reopening the store failed; retrying at the next batch"),
+                Err(error) => {
+                    tracing::error!(%error, "reopening the store failed; retrying at the next batch")
+                }
             }
         }
         // A sweep's candidates stay in the index for the next pass: its caller gets an

@@ -1,0 +1,184 @@
+//! Edge sites: a state dir whose disk fills while runs come and go, on a size-limited
+//! tmpfs the test mounts (the test needs root to mount, as CI has).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{self, Server, attempts};
+
+const WITHIN: Duration = Duration::from_secs(120);
+
+/// A tmpfs of `size` mounted at `at` (mode 0700), unmounted when dropped.
+struct Tmpfs {
+    at: PathBuf,
+}
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> Option<Tmpfs> {
+        if unsafe { libc::geteuid() } != 0 {
+            return None;
+        }
+        std::fs::create_dir_all(at).expect("mount point");
+        let status = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(at)
+            .status()
+            .expect("mount");
+        assert!(status.success(), "mount tmpfs at {}", at.display());
+        Some(Tmpfs {
+            at: at.to_path_buf(),
+        })
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.at).status();
+    }
+}
+
+/// Writes zeros to `path` until the filesystem refuses (ENOSPC); the bytes written.
+fn fill(path: &Path) -> u64 {
+    let mut file = std::fs::File::create(path).expect("filler");
+    let chunk = vec![0u8; 256 * 1024];
+    let mut written = 0;
+    while file.write_all(&chunk).is_ok() {
+        written += chunk.len() as u64;
+    }
+    // The last partial chunk, byte-wise enough to leave nothing free.
+    while file.write_all(&[0u8; 4096]).is_ok() {
+        written += 4096;
+    }
+    written
+}
+
+fn ready(server: &Server) -> (u16, Value) {
+    let response = common::agent()
+        .get(&format!("{}/readyz", server.url))
+        .call()
+        .expect("readyz");
+    let status = response.status().as_u16();
+    let mut response = response;
+    let text = response.body_mut().read_to_string().unwrap_or_default();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+#[test]
+fn a_full_disk_refuses_submissions_with_507_and_loses_nothing_when_space_returns() {
+    let dir = common::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let Some(_mount) = Tmpfs::mount(&state, "48m") else {
+        eprintln!("skipped: mounting a tmpfs needs root (CI runs as root)");
+        return;
+    };
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).expect("out");
+    let server = Server::start_with_env(&state, &[], &[("SCARAB_MAX_PARALLEL_LOCAL", "4")]);
+    let pipeline = |i: usize| {
+        format!(
+            "name: load\nsteps:\n  - name: work\n    run: [sh, -c, 'echo $SCARAB_FENCE >> \"$1\"; seq 1 2000; sleep 0.5', x, {}]\n",
+            out.join(format!("run-{i}")).display()
+        )
+    };
+    let mut acknowledged = Vec::new();
+    for i in 0..12 {
+        acknowledged.push((i, server.submit(&pipeline(i))));
+    }
+
+    // The disk fills while those run: new submissions are refused with 507 and nothing
+    // of them is created; the service says so. (The store has free pages of its own:
+    // submissions go on until they are used up.)
+    let filler = state.join("filler");
+    let filled = fill(&filler);
+    assert!(filled > 0);
+    let mut refused = 0;
+    let deadline = Instant::now() + WITHIN;
+    for i in 12..20_000 {
+        let (status, body) = server.submit_yaml(&pipeline(i));
+        match status {
+            201 => acknowledged.push((i, body["id"].as_str().expect("id").to_string())),
+            507 => {
+                refused += 1;
+                let error = body["error"].as_str().unwrap_or_default();
+                assert!(error.contains("disk is full"), "{body}");
+            }
+            other => panic!("submission answered {other}: {body}"),
+        }
+        if refused >= 3 || Instant::now() > deadline {
+            break;
+        }
+    }
+    assert!(refused >= 3, "no 507 while the disk was full");
+    let (status, body) = ready(&server);
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("disk is full"),
+        "{body}"
+    );
+    let (_, metrics) = server.request("GET", "/metrics", "", b"", &[]);
+    assert!(
+        metrics
+            .as_str()
+            .unwrap_or_default()
+            .contains("scarab_disk_full 1"),
+        "{metrics}"
+    );
+
+    // While the disk is full, what was acknowledged goes on: launches and verdicts are
+    // recorded in the space the reserve gave back.
+    for (_, id) in &acknowledged {
+        let run = server.wait_terminal(id, WITHIN);
+        assert_eq!(run["state"], "succeeded", "{run:#}");
+    }
+    assert_eq!(ready(&server).0, 503, "still full");
+
+    // Space returns: Scarab goes on by itself.
+    std::fs::remove_file(&filler).expect("free the disk");
+    let deadline = Instant::now() + WITHIN;
+    while ready(&server).0 != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "never ready again: {}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let after = server.submit(&pipeline(99));
+    acknowledged.push((99, after));
+
+    // Every acknowledged run finishes, each step ran once, nothing panicked.
+    eprintln!(
+        "{} runs acknowledged, {refused} refused",
+        acknowledged.len()
+    );
+    for (i, id) in &acknowledged {
+        let run = server.wait_terminal(id, WITHIN);
+        assert_eq!(run["state"], "succeeded", "{run:#}");
+        let ran = std::fs::read_to_string(out.join(format!("run-{i}"))).expect("ran");
+        assert_eq!(
+            ran.lines().count(),
+            attempts(&run, 0).len(),
+            "run {i} ran more often than it has attempts"
+        );
+        assert_eq!(attempts(&run, 0).len(), 1, "{run:#}");
+    }
+    let log = server.log();
+    assert!(!log.contains("panicked"), "{log}");
+    assert!(
+        log.contains("operator alert: the state dir's disk is full"),
+        "{log}"
+    );
+}
