@@ -7,6 +7,8 @@ pub mod clock;
 pub mod config;
 pub mod engine;
 pub mod executor;
+#[cfg(test)]
+mod fuzz_tests;
 pub mod limits;
 pub mod metrics;
 pub mod pipeline;

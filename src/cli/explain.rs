@@ -52,7 +52,16 @@ fn explain(file: &Path, now: Option<&str>, container: Option<&str>) -> Result<Ju
         None => crate::clock::now(),
     };
     let text = read_document(file)?;
-    let pod = parse_pod(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    explain_text(&text, now, container).map_err(|e| format!("{}: {e}", file.display()))
+}
+
+/// The judgement of a Pod document's text, or what is wrong with it.
+pub(crate) fn explain_text(
+    text: &str,
+    now: Timestamp,
+    container: Option<&str>,
+) -> Result<Judgement, String> {
+    let pod = parse_pod(text)?;
     let main = main_container(&pod, container)?;
     Ok(judge(&pod, &main, now, &GracePeriods::default()))
 }

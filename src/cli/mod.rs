@@ -2,7 +2,7 @@
 //! talk to a running service over HTTP.
 
 mod client;
-mod explain;
+pub(crate) mod explain;
 mod live;
 mod serve;
 
