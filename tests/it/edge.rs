@@ -182,3 +182,150 @@ fn a_full_disk_refuses_submissions_with_507_and_loses_nothing_when_space_returns
         "{log}"
     );
 }
+
+/// What a power cut may leave of a file of an attempt directory (none is fsynced).
+#[derive(Clone, Copy, Debug)]
+enum Cut {
+    Missing,
+    Empty,
+    Torn,
+}
+
+const ATTEMPT_FILES: [&str; 7] = [
+    "spec.json",
+    "supervisor.json",
+    "child.json",
+    "lock",
+    "verdict.json",
+    "stdout.log",
+    "stderr.log",
+];
+
+fn cut(dir: &Path, name: &str, how: Cut) {
+    let path = dir.join(name);
+    match how {
+        Cut::Missing => {
+            let _ = std::fs::remove_file(&path);
+        }
+        Cut::Empty => {
+            if path.exists() {
+                std::fs::write(&path, b"").expect("empty");
+            }
+        }
+        Cut::Torn => {
+            if let Ok(bytes) = std::fs::read(&path) {
+                std::fs::write(&path, &bytes[..bytes.len() / 2]).expect("torn");
+            }
+        }
+    }
+}
+
+fn pid_in(dir: &Path, name: &str) -> Option<i32> {
+    let text = std::fs::read_to_string(dir.join(name)).ok()?;
+    let value: Value = serde_json::from_str(&text).ok()?;
+    value["pid"].as_i64().and_then(|p| i32::try_from(p).ok())
+}
+
+/// A power cut at two points of an attempt's life — while its step runs (service,
+/// supervisor and step die) and after its step ended while the service was down — with
+/// each file of the attempt directory missing, empty or torn. At the next start every
+/// attempt is judged: nothing that may have run runs again, and every run ends.
+#[test]
+fn a_power_cut_leaving_any_attempt_file_missing_empty_or_torn_never_runs_a_step_twice() {
+    let dir = common::tempdir().expect("tempdir");
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).expect("out");
+    let mut server = Server::start_with_env(
+        &dir.path().join("state"),
+        &[],
+        &[("SCARAB_MAX_PARALLEL_LOCAL", "64")],
+    );
+    let cuts = [Cut::Missing, Cut::Empty, Cut::Torn];
+    let mut cases: Vec<(bool, &str, Cut)> = Vec::new();
+    for mid_run in [true, false] {
+        for file in ATTEMPT_FILES {
+            for how in cuts {
+                cases.push((mid_run, file, how));
+            }
+        }
+    }
+    let mut runs = Vec::new();
+    for (i, (mid_run, _, _)) in cases.iter().enumerate() {
+        // Mid-run steps outlive the cut; the others end while the service is down.
+        let sleep = if *mid_run { "60" } else { "1" };
+        let yaml = format!(
+            "name: cut\nsteps:\n  - name: s\n    run: [sh, -c, 'echo $SCARAB_FENCE >> \"$1\"; echo out; echo err >&2; sleep {sleep}', x, {}]\n",
+            out.join(format!("run-{i}")).display()
+        );
+        runs.push(server.submit(&yaml));
+    }
+    let mut dirs = Vec::new();
+    for id in &runs {
+        let run = server.wait_for(id, WITHIN, |run| {
+            run["steps"][0]["attempts"][0]["state"] == "running"
+        });
+        let fence = attempts(&run, 0)[0]["fence"].as_u64().expect("fence");
+        dirs.push(server.state_dir.join("attempts").join(fence.to_string()));
+    }
+    // The cut: the service dies; so do the mid-run supervisors and steps. The others'
+    // steps end and their supervisors write verdicts nobody reads yet.
+    server.kill9();
+    for ((mid_run, _, _), attempt) in cases.iter().zip(&dirs) {
+        if *mid_run {
+            // The supervisor first, so that it does not live to see its step die; then the
+            // step's whole process group.
+            if let Some(pid) = pid_in(attempt, "supervisor.json") {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            if let Some(pid) = pid_in(attempt, "child.json") {
+                unsafe {
+                    libc::kill(-pid, libc::SIGKILL);
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        } else {
+            let deadline = Instant::now() + WITHIN;
+            while !attempt.join("verdict.json").exists() {
+                assert!(
+                    Instant::now() < deadline,
+                    "no verdict in {}",
+                    attempt.display()
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    for ((_, file, how), attempt) in cases.iter().zip(&dirs) {
+        cut(attempt, file, *how);
+    }
+    server.resume();
+    for (i, (id, (mid_run, file, how))) in runs.iter().zip(&cases).enumerate() {
+        let run = server.wait_terminal(id, WITHIN);
+        let case = format!(
+            "{} {file} {how:?}",
+            if *mid_run { "mid-run" } else { "ended" }
+        );
+        assert_eq!(attempts(&run, 0).len(), 1, "{case}: {run:#}");
+        let ran = std::fs::read_to_string(out.join(format!("run-{i}"))).unwrap_or_default();
+        assert_eq!(
+            ran.lines().count(),
+            1,
+            "{case}: the step ran {} times",
+            ran.lines().count()
+        );
+        let class = attempts(&run, 0)[0]["class"].clone();
+        if *mid_run {
+            // Killed with the service: no verdict can be had.
+            assert_eq!(class, "lost", "{case}: {run:#}");
+        } else if *file == "verdict.json" || (*file == "spec.json" && !matches!(how, Cut::Missing))
+        {
+            // The verdict (or what says whose attempt this is) is unreadable: lost.
+            assert_eq!(class, "lost", "{case}: {run:#}");
+        } else {
+            assert_eq!(run["state"], "succeeded", "{case}: {run:#}");
+        }
+    }
+    let log = server.log();
+    assert!(!log.contains("panicked"), "{log}");
+}
