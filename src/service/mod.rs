@@ -3,6 +3,8 @@
 //!
 //! Used by `scarab serve` (with the HTTP API in front) and by `scarab run` (in-process).
 
+#[cfg(test)]
+mod crash_sim;
 pub mod disk;
 mod dispatch;
 mod driver;
@@ -333,6 +335,16 @@ pub async fn start_with<E: Executor>(
         source,
     })?;
     let store = Arc::new(Store::open(&state_dir.database())?);
+    start_on(state_dir, store, settings, executor).await
+}
+
+/// `start_with` on a store already open (the crash-point simulation opens its own).
+pub(crate) async fn start_on<E: Executor>(
+    state_dir: StateDir,
+    store: Arc<Store>,
+    settings: Settings,
+    executor: impl FnOnce(mpsc::Sender<Report>) -> Result<E, StartError>,
+) -> Result<Running, StartError> {
     let settings = Arc::new(settings);
     let (reports_tx, reports_rx) = mpsc::channel(crate::limits::INPUT_QUEUE_MAX);
     let executor = executor(reports_tx)?;

@@ -126,6 +126,52 @@ redb_into_store_error!(
 pub struct Store {
     path: std::path::PathBuf,
     db: std::sync::RwLock<Option<Database>>,
+    /// The crash-point simulation's plan: where this store "crashes".
+    #[cfg(test)]
+    pub(crate) crash: Option<std::sync::Arc<CrashPlan>>,
+}
+
+/// Where the crash-point simulation (`service::crash_sim`) cuts the power: before or
+/// after the commit that brings `countdown` to zero. From then on every operation of the
+/// store fails, as if the process were gone, until the next "process" opens the file.
+#[cfg(test)]
+pub(crate) struct CrashPlan {
+    pub countdown: std::sync::atomic::AtomicU64,
+    pub after_commit: bool,
+    pub crashed: std::sync::atomic::AtomicBool,
+}
+
+#[cfg(test)]
+impl CrashPlan {
+    pub fn new(commits: u64, after_commit: bool) -> CrashPlan {
+        CrashPlan {
+            countdown: std::sync::atomic::AtomicU64::new(commits),
+            after_commit,
+            crashed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    pub fn crashed(&self) -> bool {
+        self.crashed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// At a commit: `Some(true)` to commit and then crash, `Some(false)` to crash instead
+    /// of committing, `None` to go on.
+    fn at_commit(&self) -> Option<bool> {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.crashed() {
+            return Some(false);
+        }
+        let left = self.countdown.load(SeqCst);
+        if left == 0 {
+            return None;
+        }
+        if self.countdown.fetch_sub(1, SeqCst) == 1 {
+            self.crashed.store(true, SeqCst);
+            return Some(self.after_commit);
+        }
+        None
+    }
 }
 
 impl Store {
@@ -135,9 +181,27 @@ impl Store {
         let store = Store {
             path: path.to_path_buf(),
             db: std::sync::RwLock::new(Some(Self::open_database(path)?)),
+            #[cfg(test)]
+            crash: None,
         };
         store.initialize()?;
         Ok(store)
+    }
+
+    /// A store that crashes where `plan` says (the crash-point simulation).
+    #[cfg(test)]
+    pub(crate) fn open_crashing(
+        path: &Path,
+        plan: std::sync::Arc<CrashPlan>,
+    ) -> Result<Store, StoreError> {
+        let mut store = Store::open(path)?;
+        store.crash = Some(plan);
+        Ok(store)
+    }
+
+    #[cfg(test)]
+    fn crashed(&self) -> bool {
+        self.crash.as_ref().is_some_and(|plan| plan.crashed())
     }
 
     fn open_database(path: &Path) -> Result<Database, StoreError> {
@@ -152,6 +216,10 @@ impl Store {
         &self,
         f: impl FnOnce(&Database) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        #[cfg(test)]
+        if self.crashed() {
+            return Err(StoreError::Closed);
+        }
         let slot = self
             .db
             .read()
@@ -166,6 +234,10 @@ impl Store {
     /// error" state. Transactions begun before are cut off (their reads fail); nothing
     /// committed is lost. The caller holds no write transaction.
     pub fn reopen(&self) -> Result<(), StoreError> {
+        #[cfg(test)]
+        if self.crashed() {
+            return Err(StoreError::Closed);
+        }
         let mut slot = self
             .db
             .write()
@@ -265,7 +337,11 @@ impl Store {
         let mut inner = self.with_db(|db| Ok(db.begin_write()?))?;
         // Spelled out: a commit is on disk before `commit` returns.
         inner.set_durability(Durability::Immediate)?;
-        Ok(WriteTx { inner })
+        Ok(WriteTx {
+            inner,
+            #[cfg(test)]
+            crash: self.crash.clone(),
+        })
     }
 
     pub fn read(&self) -> Result<ReadTx, StoreError> {
@@ -286,10 +362,21 @@ fn migrate(tx: &mut WriteTx, from: u64) -> Result<(), StoreError> {
 
 pub struct WriteTx {
     inner: redb::WriteTransaction,
+    #[cfg(test)]
+    crash: Option<std::sync::Arc<CrashPlan>>,
 }
 
 impl WriteTx {
     pub fn commit(self) -> Result<(), StoreError> {
+        #[cfg(test)]
+        match self.crash.as_ref().and_then(|plan| plan.at_commit()) {
+            Some(true) => {
+                self.inner.commit()?;
+                return Ok(());
+            }
+            Some(false) => return Err(StoreError::Closed),
+            None => {}
+        }
         self.inner.commit()?;
         Ok(())
     }

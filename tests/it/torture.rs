@@ -67,7 +67,13 @@ fn kill_9_under_load_loses_nothing_and_runs_nothing_twice() {
     let dir = common::tempdir().expect("tempdir");
     let out = dir.path().join("out");
     std::fs::create_dir_all(&out).expect("out dir");
-    let server = Arc::new(Mutex::new(Server::start(&dir.path().join("state"))));
+    // A pool wide enough for the load (the client submits far faster than a pool of the
+    // CPUs drains): this is about kill -9, not about admission.
+    let server = Arc::new(Mutex::new(Server::start_with_env(
+        &dir.path().join("state"),
+        &[],
+        &[("SCARAB_MAX_PARALLEL_LOCAL", "64")],
+    )));
     let (url, token) = {
         let server = server.lock().expect("server");
         (server.url.clone(), server.token.clone())
