@@ -170,6 +170,10 @@ pub const DISK_RECHECK: Duration = Duration::from_secs(1);
 /// How long a supervisor keeps trying to write a verdict the full disk refuses.
 pub const VERDICT_WRITE_PATIENCE: Duration = Duration::from_secs(600);
 
+/// A change of the wall clock against Scarab's own time larger than this is logged as a
+/// step.
+pub const CLOCK_STEP_NOTICED_MS: i64 = 2_000;
+
 /// `engine.max_active_runs` at most.
 pub const ACTIVE_RUNS_MAX: u32 = 10_000_000;
 /// Entries `GET /v1/queue` lists at most.

@@ -71,6 +71,8 @@ pub struct Metrics {
     /// 1 while the state dir's disk is full (submissions refused with 507).
     pub disk_full: Gauge,
     pub disk_full_events: Counter,
+    /// The wall clock minus Scarab's time, whole seconds.
+    pub clock_skew: Gauge,
 }
 
 impl Default for Metrics {
@@ -117,6 +119,7 @@ impl Metrics {
             ),
             disk_full: Gauge::default(),
             disk_full_events: Counter::default(),
+            clock_skew: Gauge::default(),
         };
         registry.register("runs", "Runs by state", metrics.runs.clone());
         registry.register(
@@ -238,6 +241,12 @@ impl Metrics {
             "disk_full_events",
             "Times the state dir's disk filled",
             metrics.disk_full_events.clone(),
+        );
+        registry.register_with_unit(
+            "clock_skew",
+            "The wall clock minus Scarab's own time (monotonic since start), after the last commit",
+            prometheus_client::registry::Unit::Seconds,
+            metrics.clock_skew.clone(),
         );
         if let Ok(mut slot) = metrics.registry.lock() {
             *slot = registry;

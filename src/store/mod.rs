@@ -59,6 +59,8 @@ const META_SCHEMA_VERSION: &str = "schema_version";
 /// Set once the runs-per-state counters are kept (they are then exact).
 const META_RUN_COUNTS: &str = "run_counts_kept";
 const META_FENCE_NEXT: &str = "fence_next";
+/// Scarab's time at the last commit: the next process's clock starts no earlier.
+const META_CLOCK: &str = "clock_last_ms";
 const META_OUTBOX_NEXT: &str = "outbox_next";
 
 #[derive(Debug, thiserror::Error)]
@@ -407,6 +409,11 @@ impl WriteTx {
         Ok(self.meta(META_FENCE_NEXT)?.unwrap_or(1))
     }
 
+    /// Scarab's time at this commit (`clock::anchor_at_least` at the next start).
+    pub fn set_clock(&mut self, now: Timestamp) -> Result<(), StoreError> {
+        self.set_meta(META_CLOCK, now.0)
+    }
+
     /// Fences only go up: lowering the counter is refused.
     pub fn set_fence_next(&mut self, next: u64) -> Result<(), StoreError> {
         let current = self.fence_next()?;
@@ -669,6 +676,12 @@ impl ReadTx {
     pub fn fence_next(&self) -> Result<u64, StoreError> {
         let table = self.inner.open_table(META)?;
         Ok(table.get(META_FENCE_NEXT)?.map(|v| v.value()).unwrap_or(1))
+    }
+
+    /// Scarab's time at the last commit, if one recorded it.
+    pub fn clock_last(&self) -> Result<Option<Timestamp>, StoreError> {
+        let table = self.inner.open_table(META)?;
+        Ok(table.get(META_CLOCK)?.map(|v| Timestamp(v.value())))
     }
 
     pub fn run_header(&self, run: RunId) -> Result<Option<RunHeader>, StoreError> {

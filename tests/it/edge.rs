@@ -329,3 +329,81 @@ fn a_power_cut_leaving_any_attempt_file_missing_empty_or_torn_never_runs_a_step_
     let log = server.log();
     assert!(!log.contains("panicked"), "{log}");
 }
+
+/// libfaketime (Debian's `faketime`), which `.ci/run` installs.
+fn libfaketime() -> Option<PathBuf> {
+    let found = std::fs::read_dir("/usr/lib")
+        .ok()?
+        .flatten()
+        .map(|entry| entry.path().join("faketime/libfaketime.so.1"))
+        .find(|path| path.exists());
+    if found.is_none() && std::env::var_os("CI").is_some() {
+        panic!("libfaketime is missing: .ci/run installs Debian's faketime");
+    }
+    found
+}
+
+/// The service's wall clock steps hours forward and back (libfaketime, driven by a file)
+/// while gates wait on their `auto_release`: none fires early, none stalls.
+#[test]
+fn wall_clock_steps_neither_fire_timers_early_nor_stall_them() {
+    let Some(faketime) = libfaketime() else {
+        eprintln!("skipped: libfaketime is not installed (apt-get install faketime)");
+        return;
+    };
+    let dir = common::tempdir().expect("tempdir");
+    let offset = dir.path().join("offset");
+    std::fs::write(&offset, "+0").expect("offset");
+    let server = Server::start_with_env(
+        &dir.path().join("state"),
+        &[],
+        &[
+            ("LD_PRELOAD", faketime.to_str().expect("utf-8")),
+            ("FAKETIME_TIMESTAMP_FILE", offset.to_str().expect("utf-8")),
+            ("FAKETIME_NO_CACHE", "1"),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ],
+    );
+    let gate = "name: g\nsteps:\n  - name: approve\n    gate: {auto_release: 3s}\n  - name: after\n    needs: [approve]\n    run: ['true']\n";
+    for step in ["+2h", "-3h"] {
+        let id = server.submit(gate);
+        server.wait_for(&id, WITHIN, |run| run["state"] == "waiting");
+        let opened = Instant::now();
+        std::fs::write(&offset, step).expect("step the clock");
+        // Another commit notices the step (a submission is one).
+        std::thread::sleep(Duration::from_millis(300));
+        server.submit("name: tick\nsteps:\n  - name: t\n    run: ['true']\n");
+        std::thread::sleep(Duration::from_millis(700));
+        assert_eq!(
+            server.run(&id)["state"],
+            "waiting",
+            "{step}: the gate fired early"
+        );
+        let run = server.wait_terminal(&id, Duration::from_secs(30));
+        let waited = opened.elapsed();
+        assert_eq!(run["state"], "succeeded", "{step}: {run:#}");
+        assert_eq!(
+            run["steps"][0]["gate"]["decision"]["outcome"],
+            "auto_released"
+        );
+        assert!(
+            waited >= Duration::from_millis(2500) && waited < Duration::from_secs(15),
+            "{step}: released after {waited:?}, not about 3 s"
+        );
+        let (_, metrics) = server.request("GET", "/metrics", "", b"", &[]);
+        let text = metrics.as_str().unwrap_or_default().to_string();
+        let skew = text
+            .lines()
+            .find(|l| l.starts_with("scarab_clock_skew_seconds "))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<i64>().ok())
+            .expect("the skew metric");
+        let expected = if step == "+2h" { 7200 } else { -3 * 3600 };
+        assert!((skew - expected).abs() < 60, "{step}: skew {skew}");
+        std::fs::write(&offset, "+0").expect("back");
+    }
+    assert!(
+        server.log().contains("the wall clock stepped"),
+        "{}",
+        server.log()
+    );
+}

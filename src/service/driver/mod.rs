@@ -64,6 +64,8 @@ pub struct Driver<E: Executor> {
     last_run_id: Option<RunId>,
     /// The state dir's reserve file (`service::disk`).
     reserve: std::path::PathBuf,
+    /// The clock skew last logged.
+    reported_skew_ms: i64,
 }
 
 /// What one batch changed, to write once per run at its end.
@@ -187,6 +189,7 @@ impl<E: Executor> Driver<E> {
             self.admit_decided(&mut tx, now, &mut batch)?;
             self.flush(&mut tx, &batch)?;
             tx.set_fence_next(self.fences.next_value())?;
+            tx.set_clock(now)?;
             tx.commit()
         });
         match result {
@@ -218,6 +221,7 @@ impl<E: Executor> Driver<E> {
             }
         }
         self.publish_admission();
+        self.watch_clock();
         for reply in batch.replies {
             reply(None);
         }
@@ -232,6 +236,19 @@ impl<E: Executor> Driver<E> {
         match self.store.read().and_then(|r| r.next_timer_due()) {
             Ok(next) => self.next_timer = next,
             Err(error) => tracing::error!(%error, "cannot read the next timer"),
+        }
+    }
+
+    /// Shows how far the wall clock is from Scarab's time, and says so when it stepped.
+    fn watch_clock(&mut self) {
+        let skew = clock::skew_ms();
+        self.metrics.clock_skew.set(skew / 1000);
+        if (skew - self.reported_skew_ms).abs() > limits::CLOCK_STEP_NOTICED_MS {
+            tracing::warn!(
+                skew_ms = skew,
+                "the wall clock stepped; timers keep Scarab's own time (monotonic since start) until the next start"
+            );
+            self.reported_skew_ms = skew;
         }
     }
 

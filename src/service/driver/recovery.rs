@@ -26,6 +26,7 @@ impl<E: Executor> Driver<E> {
             scheduler,
             last_run_id: None,
             reserve,
+            reported_skew_ms: 0,
             metrics,
         };
         driver.reload().await?;
@@ -38,6 +39,10 @@ impl<E: Executor> Driver<E> {
     pub(super) async fn reload(&mut self) -> Result<(), StoreError> {
         let read = self.store.read()?;
         let stored_next = read.fence_next()?;
+        // Time never goes back across a restart, whatever the wall clock says.
+        if let Some(last) = read.clock_last()? {
+            clock::anchor_at_least(last);
+        }
         self.fences = FenceCounter::starting_at(stored_next);
         self.runs.clear();
         for id in read.active_run_ids()? {
