@@ -83,12 +83,13 @@ const CASES: &[Case] = &[
         true,
         "oom-killed",
     ),
+    // Scarab writes no init container: a failing one was injected, and the step never ran.
     (
         "init-container-failed.json",
         END,
         None,
         "failed",
-        Some("step"),
+        Some("infra_never_started"),
         false,
         "init-container-failed",
     ),

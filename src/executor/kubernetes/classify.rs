@@ -222,8 +222,14 @@ impl Judgement {
 /// step; when the Pod has exactly one container, that one is the step whatever its name.
 pub fn judge(pod: &Pod, main_container: &str, now: Timestamp, grace: &GracePeriods) -> Judgement {
     let facts = Facts::gather(pod, main_container, now);
-    phase_rules(&facts)
+    // The kubelet's own reason decides before "failed while running": kubelets write a
+    // Pod's end in either order (the terminal phase with its reason while the container
+    // still says running, or the container's end first), and the verdict must not
+    // depend on which came first.
+    unknown_phase_rule(&facts)
         .or_else(|| pod_reason_rules(&facts))
+        .or_else(|| failed_while_running_rule(&facts))
+        .or_else(|| node_loss_disruption_rule(&facts))
         .or_else(|| init_failure_rules(&facts))
         .or_else(|| main_terminated_rules(&facts))
         .or_else(|| terminal_fallback(&facts))
@@ -308,20 +314,11 @@ impl<'a> Facts<'a> {
         real_time(self.pod.metadata.creation_timestamp.as_ref())
     }
 
-    /// Pod-level restart policy; the API default is `Always`.
-    fn restart_policy(&self) -> &'a str {
-        self.pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.restart_policy.as_deref())
-            .unwrap_or("Always")
-    }
-
-    /// A terminated state is the last word only when nothing will restart the container.
-    fn is_final(&self, exit_code: i32) -> bool {
+    /// A terminated state is the last word only once the Pod's phase is terminal: until
+    /// then the kubelet may still write why it ended the Pod (a deadline, an eviction, a
+    /// node shutdown), which decides the class, or restart the container.
+    fn is_final(&self, _exit_code: i32) -> bool {
         matches!(self.phase, "Failed" | "Succeeded")
-            || self.restart_policy() == "Never"
-            || (self.restart_policy() == "OnFailure" && exit_code == 0)
     }
 
     /// Init containers with `restartPolicy: Always` are sidecars: they are killed when
@@ -466,15 +463,17 @@ const EXEC_ERRORS: [&str; 5] = [
 // ---------------------------------------------------------------------------------------
 // Rules, in order. Each returns `None` when it does not apply.
 
-fn phase_rules(facts: &Facts) -> Option<Judgement> {
-    if facts.phase == "Unknown" {
-        // The node stopped reporting: the process may still run there, or not.
-        return Some(
-            Judgement::failed(FailureClass::Lost, "phase-unknown")
-                .started(facts.started)
-                .reason(describe("Pod phase Unknown", facts.message)),
-        );
-    }
+fn unknown_phase_rule(facts: &Facts) -> Option<Judgement> {
+    // The node stopped reporting: the process may still run there, or not.
+    (facts.phase == "Unknown").then(|| {
+        Judgement::failed(FailureClass::Lost, "phase-unknown")
+            .started(facts.started)
+            .reason(describe("Pod phase Unknown", facts.message))
+    })
+}
+
+/// Only when no kubelet reason explains the end (`pod_reason_rules` came first).
+fn failed_while_running_rule(facts: &Facts) -> Option<Judgement> {
     let still_running = facts.main_state().is_some_and(|s| s.running.is_some());
     if facts.failed_phase() && still_running {
         // Failed while the container says running: the node vanished (PodGC, taint
@@ -498,10 +497,31 @@ fn pod_reason_rules(facts: &Facts) -> Option<Judgement> {
         return None;
     }
     deadline_rule(facts)
+        .or_else(|| node_shutdown_rule(facts))
         .or_else(|| admission_rule(facts))
         .or_else(|| eviction_rule(facts))
-        .or_else(|| node_shutdown_rule(facts))
-        .or_else(|| disruption_rule(facts))
+        .or_else(|| disruption_rule(facts).filter(|_| !node_lost(facts)))
+}
+
+/// `DisruptionTarget` reasons that mean the node is gone (nobody saw the process end),
+/// unlike preemption, API eviction and the kubelet's own termination, which end it.
+const NODE_LOSS: [&str; 2] = ["DeletionByPodGC", "DeletionByTaintManager"];
+
+fn node_lost(facts: &Facts) -> bool {
+    facts
+        .condition("DisruptionTarget")
+        .filter(|c| c.status == "True")
+        .and_then(|c| c.reason.as_deref())
+        .is_some_and(|reason| NODE_LOSS.contains(&reason))
+}
+
+/// A node-loss disruption whose containers no longer say running: judged by their
+/// evidence (after `failed_while_running_rule`, which takes the case where they do).
+fn node_loss_disruption_rule(facts: &Facts) -> Option<Judgement> {
+    if !facts.failed_phase() || !node_lost(facts) {
+        return None;
+    }
+    disruption_rule(facts)
 }
 
 fn deadline_rule(facts: &Facts) -> Option<Judgement> {
@@ -518,8 +538,7 @@ fn deadline_rule(facts: &Facts) -> Option<Judgement> {
 /// Reasons the kubelet's admission handlers give (pkg/kubelet/lifecycle/predicate.go and
 /// the admit handlers registered in pkg/kubelet/kubelet.go). `Evicted` is not here: the
 /// eviction manager uses it both to reject at admission and to evict a running Pod.
-const ADMISSION_REASONS: [&str; 12] = [
-    "NodeShutdown",
+const ADMISSION_REASONS: [&str; 11] = [
     "NodeAffinity",
     "UnexpectedAdmissionError",
     "UnknownReason",
@@ -568,10 +587,13 @@ fn eviction_rule(facts: &Facts) -> Option<Judgement> {
 }
 
 fn node_shutdown_rule(facts: &Facts) -> Option<Judgement> {
-    // Graceful node shutdown writes reason "Terminated" (1.21: "Shutdown") with a
-    // message about the node shutting down.
-    let shutdown = matches!(facts.reason, "Terminated" | "Shutdown")
-        && facts.message.to_lowercase().contains("node shutdown");
+    // Every wording kubelets have used: "Shutdown" ("Node is shutting, evicting pods",
+    // older kubelets), "NodeShutdown" (also at admission, while the node shuts down) and
+    // "Terminated" with a message about the node shutting down. Started or not, the
+    // containers' evidence decides the class.
+    let message = facts.message.to_lowercase();
+    let shutdown = matches!(facts.reason, "Shutdown" | "NodeShutdown")
+        || (facts.reason == "Terminated" && message.contains("shut"));
     shutdown.then(|| {
         let rule = if facts.anything_started {
             "node-shutdown-after-start"
@@ -626,16 +648,30 @@ fn init_failure(facts: &Facts, init: &ContainerStatus) -> Option<Judgement> {
     if !facts.is_final(terminated.exit_code) {
         return None;
     }
-    let what = format!("init container {}", init.name);
-    let judgement = if let Some(failure) = start_failure(terminated) {
-        start_failure_judgement(facts, failure, terminated, &what)
-    } else if terminated.reason.as_deref() == Some("OOMKilled") {
-        Judgement::failed(FailureClass::InfraPostStart, "init-oom-killed")
-            .reason(format!("OOMKilled ({what})"))
-    } else {
-        Judgement::failed(FailureClass::Step, "init-container-failed")
-            .reason(format!("{what}: exit code {}", terminated.exit_code))
+    // Scarab writes no init container: one in the Pod was injected (an admission
+    // webhook's mesh set-up or secret agent), and when it fails the step never ran,
+    // whatever its exit code or reason.
+    let how = match terminated.reason.as_deref() {
+        Some(reason) if !reason.is_empty() => {
+            format!("{reason}, exit code {}", terminated.exit_code)
+        }
+        _ => format!("exit code {}", terminated.exit_code),
     };
+    // Rule ids are stable: an OOMKilled init container keeps its own.
+    let rule = if terminated.reason.as_deref() == Some("OOMKilled") {
+        "init-oom-killed"
+    } else {
+        "init-container-failed"
+    };
+    let judgement = Judgement::failed(FailureClass::InfraNeverStarted, rule)
+        .started(false)
+        .reason(describe(
+            &format!(
+                "init container {} (not Scarab's: injected into the Pod) failed: {how}; the step never ran",
+                init.name
+            ),
+            terminated.message.as_deref().unwrap_or(""),
+        ));
     Some(judgement.exit_code(terminated.exit_code))
 }
 
@@ -1252,15 +1288,26 @@ mod tests {
                 "oom-killed",
             ),
             row(
-                "init container fails: step, main never started",
+                "an injected init container fails: the step never ran",
                 pod(json!({
                     "phase": "Failed",
                     "initContainerStatuses": [exited("migrate", 3, "Error", T0, T1)],
                     "containerStatuses": [waiting("step", "PodInitializing", "")]})),
                 T1,
-                failed(Step),
+                failed(InfraNeverStarted),
                 false,
                 "init-container-failed",
+            ),
+            row(
+                "an injected init container is OOMKilled: the step never ran",
+                pod(json!({
+                    "phase": "Failed",
+                    "initContainerStatuses": [exited("istio-init", 137, "OOMKilled", T0, T1)],
+                    "containerStatuses": [waiting("step", "PodInitializing", "")]})),
+                T1,
+                failed(InfraNeverStarted),
+                false,
+                "init-oom-killed",
             ),
             row(
                 "init container running",
@@ -1504,7 +1551,7 @@ mod tests {
                 T1,
                 failed(InfraNeverStarted),
                 false,
-                "kubelet-admission-rejected",
+                "node-shutdown-before-start",
             ),
         ]
     }
@@ -1512,7 +1559,47 @@ mod tests {
     fn disruption_rows() -> Vec<Row> {
         let shutdown = "Pod was terminated in response to imminent node shutdown.";
         let preempt = "default-scheduler: preempting to accommodate a higher priority pod";
+        let shutting = "Node is shutting, evicting pods";
         vec![
+            row(
+                "node shutdown of a running Pod, older wording (Shutdown)",
+                failed_with(
+                    "Shutdown",
+                    shutting,
+                    json!([]),
+                    json!([exited("step", 137, "Error", T0, T1)]),
+                ),
+                T1,
+                failed(InfraPostStart),
+                true,
+                "node-shutdown-after-start",
+            ),
+            row(
+                "node shutdown of a running Pod, NodeShutdown",
+                failed_with(
+                    "NodeShutdown",
+                    shutting,
+                    json!([]),
+                    json!([exited("step", 143, "Error", T0, T1)]),
+                ),
+                T1,
+                failed(InfraPostStart),
+                true,
+                "node-shutdown-after-start",
+            ),
+            row(
+                "node shutdown before the container started, older wording",
+                failed_with(
+                    "Shutdown",
+                    shutting,
+                    json!([]),
+                    json!([status_unknown(None)]),
+                ),
+                T1,
+                failed(InfraNeverStarted),
+                false,
+                "node-shutdown-before-start",
+            ),
             row(
                 "node shutdown of a running Pod",
                 failed_with(
@@ -1929,6 +2016,95 @@ mod tests {
                 row.name
             );
             assert!(!got.reason.is_empty(), "{}: empty reason", row.name);
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    /// The two halves of a Pod's end as some kubelets write them apart: the terminal
+    /// phase with its reason while the containers still show how they were before (phase
+    /// first), or the containers' end while the phase is still `Running` (containers first).
+    /// Only an end the kubelet gives a reason of its own (a deadline, an eviction, a node
+    /// shutdown, an admission rejection) can come phase first: a plain exit's phase is
+    /// computed from the containers' states, in the same status.
+    fn halves(pod: &Value) -> Vec<(&'static str, Value)> {
+        let kubelet_reason = pod["status"]["reason"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty());
+        let mut phase_first = pod.clone();
+        let mut containers_first = pod.clone();
+        if let Some(statuses) = phase_first["status"]["containerStatuses"].as_array_mut() {
+            for status in statuses {
+                let terminated = status["state"]["terminated"].clone();
+                if terminated.is_null() {
+                    continue;
+                }
+                // A container that had started still says running; one that never did
+                // still waits.
+                let started = terminated["startedAt"]
+                    .as_str()
+                    .is_some_and(|at| !at.starts_with("1970"))
+                    && status["containerID"].is_string();
+                status["state"] = if started {
+                    json!({"running": {"startedAt": terminated["startedAt"]}})
+                } else {
+                    json!({"waiting": {"reason": "ContainerCreating"}})
+                };
+            }
+        }
+        let status = &mut containers_first["status"];
+        let started = status["containerStatuses"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|c| c["containerID"].is_string()));
+        status["phase"] = json!(if started { "Running" } else { "Pending" });
+        for key in ["reason", "message"] {
+            if let Some(object) = status.as_object_mut() {
+                object.remove(key);
+            }
+        }
+        if let Some(conditions) = status["conditions"].as_array_mut() {
+            conditions.retain(|c| c["type"] != "DisruptionTarget");
+        }
+        let mut halves = vec![("containers first", containers_first)];
+        if kubelet_reason {
+            halves.push(("phase first", phase_first));
+        }
+        halves
+    }
+
+    /// Every row that ends the Pod, delivered in either order: each intermediate document
+    /// is judged either not over yet, or exactly as the whole end is (class and
+    /// `started`). `explain-pod` judges the same documents the same way.
+    #[test]
+    fn every_end_comes_out_the_same_in_either_order() {
+        let mut failures = Vec::new();
+        for row in all_rows() {
+            if row.verdict != PodVerdict::Failed || row.delete {
+                continue;
+            }
+            let phase = row.pod["status"]["phase"].as_str().unwrap_or("");
+            if phase != "Failed" {
+                continue;
+            }
+            for (order, document) in halves(&row.pod) {
+                let got = judge_json(document.clone(), row.now);
+                let explained = crate::cli::explain::explain_text(
+                    &document.to_string(),
+                    at(row.now),
+                    Some("step"),
+                );
+                if let Ok(explained) = explained
+                    && (explained.verdict, explained.class) != (got.verdict, got.class)
+                {
+                    failures.push(format!("{} ({order}): explain-pod disagrees", row.name));
+                }
+                let terminal = matches!(got.verdict, PodVerdict::Failed | PodVerdict::Succeeded);
+                if terminal && (got.class, got.started) != (row.class, row.started) {
+                    failures.push(format!(
+                        "{} ({order}): {:?} started {} by {} ({}), the whole end is {:?} started {}",
+                        row.name, got.class, got.started, got.rule, got.reason, row.class, row.started
+                    ));
+                }
+            }
         }
         assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
