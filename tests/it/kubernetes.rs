@@ -1218,3 +1218,67 @@ fn max_pods_bounds_the_pods_alive_at_once() {
         "{queue}"
     );
 }
+
+/// A deadline and an eviction the kubelet writes in either order (the phase with its
+/// reason first, or the containers' end first, or both at once) give the same verdict:
+/// `timeout`, retried by `retry: {on: timeout}`, and `infra_post_start`.
+#[test]
+fn a_deadline_and_an_eviction_give_the_same_verdict_in_either_write_order() {
+    use crate::k8s_api::EndOrder;
+    let dir = common::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    cluster.cluster.kubelet().auto(true);
+    let server = cluster.serve(dir.path());
+    let name_of = |run: &serde_json::Value, attempt: usize| {
+        let fence = attempts(run, 0)[attempt]["fence"].as_u64().expect("fence");
+        format!("{}-s0-f{fence}", run["id"].as_str().expect("id"))
+    };
+    for order in [
+        EndOrder::PhaseFirst,
+        EndOrder::ContainersFirst,
+        EndOrder::Together,
+    ] {
+        cluster.cluster.kubelet().set_end_order(order);
+        // A deadline: timeout, and retried.
+        let yaml = format!(
+            "name: deadline\nsteps:\n{}    retry: {{on: timeout, max: 1, backoff: {{initial: 100ms, max: 100ms}}}}\n",
+            kube_step("s", "sleep 30")
+        );
+        let id = server.submit(&yaml);
+        let run = server.wait_for(&id, WITHIN, |run| {
+            attempts(run, 0)
+                .first()
+                .is_some_and(|a| a["state"] == "running")
+        });
+        let first = name_of(&run, 0);
+        wait_pod_running(&cluster, &first);
+        cluster.cluster.kubelet().deadline_exceeded(&first);
+        let run = server.wait_for(&id, WITHIN, |run| attempts(run, 0).len() == 2);
+        let judged = &attempts(&run, 0)[0];
+        assert_eq!(judged["class"], "timeout", "{order:?}: {run:#}");
+        assert_eq!(judged["started"], true, "{order:?}");
+        let second = name_of(&run, 1);
+        wait_pod_running(&cluster, &second);
+        cluster.cluster.kubelet().exit(&second, 0);
+        let run = server.wait_terminal(&id, WITHIN);
+        assert_eq!(run["state"], "succeeded", "{order:?}: {run:#}");
+
+        // An eviction of a running Pod: infra_post_start.
+        let id = server.submit(&format!(
+            "name: evicted\nsteps:\n{}",
+            kube_step("s", "sleep 30")
+        ));
+        let run = server.wait_for(&id, WITHIN, |run| {
+            attempts(run, 0)
+                .first()
+                .is_some_and(|a| a["state"] == "running")
+        });
+        let pod = name_of(&run, 0);
+        wait_pod_running(&cluster, &pod);
+        cluster.cluster.kubelet().evict(&pod, true);
+        let run = server.wait_terminal(&id, WITHIN);
+        let judged = &attempts(&run, 0)[0];
+        assert_eq!(judged["class"], "infra_post_start", "{order:?}: {run:#}");
+        assert_eq!(judged["started"], true, "{order:?}");
+    }
+}

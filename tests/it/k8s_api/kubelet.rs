@@ -455,6 +455,39 @@ impl Kubelet {
         }
     }
 
+    /// In what order the kubelet writes the ends it decides (`EndOrder`).
+    pub fn set_end_order(&self, order: super::store::EndOrder) {
+        self.shared.lock().kubelet.end_order = order;
+    }
+
+    /// A Pod's end the kubelet decides: the containers' half and the Pod's half, written
+    /// as the configured `EndOrder` says (two watch events when split).
+    fn end(
+        &self,
+        name: &str,
+        containers: impl Fn(&mut Pod),
+        pod_level: impl Fn(&mut Pod),
+    ) -> Option<Pod> {
+        use super::store::EndOrder;
+        let order = self.shared.lock().kubelet.end_order;
+        match order {
+            EndOrder::Together => self.apply(name, |p, _| {
+                containers(p);
+                pod_level(p);
+            }),
+            EndOrder::PhaseFirst => {
+                self.apply(name, |p, _| pod_level(p))?;
+                std::thread::sleep(Duration::from_millis(300));
+                self.apply(name, |p, _| containers(p))
+            }
+            EndOrder::ContainersFirst => {
+                self.apply(name, |p, _| containers(p))?;
+                std::thread::sleep(Duration::from_millis(300));
+                self.apply(name, |p, _| pod_level(p))
+            }
+        }
+    }
+
     /// How a gracefully deleted Pod's process reacts to SIGTERM.
     pub fn set_termination(&self, t: Termination) {
         self.shared.lock().kubelet.termination = t;
@@ -579,15 +612,18 @@ impl Kubelet {
                 "Container {cname} was using 1953124Ki, request is 0, has larger consumption of memory. "
             ));
         }
-        self.apply(name, |p, _| {
-            terminate_containers(p, 137, "Error", None);
-            let st = status(p);
-            st.phase = Some("Failed".into());
-            st.reason = Some(EVICTED_REASON.into());
-            st.message = Some(message.clone());
-            terminal_conditions(p);
-            disruption(p, "TerminationByKubelet", &message);
-        })
+        self.end(
+            name,
+            |p| terminate_containers(p, 137, "Error", None),
+            |p| {
+                let st = status(p);
+                st.phase = Some("Failed".into());
+                st.reason = Some(EVICTED_REASON.into());
+                st.message = Some(message.clone());
+                terminal_conditions(p);
+                disruption(p, "TerminationByKubelet", &message);
+            },
+        )
     }
 
     /// Scheduler preemption (pkg/scheduler/framework/preemption/preemption.go
@@ -620,19 +656,22 @@ impl Kubelet {
     /// TerminationByKubelet; running containers die of SIGTERM (143).
     pub fn node_shutdown(&self, name: &str) -> Option<Pod> {
         self.ensure_scheduled(name);
-        self.apply(name, |p, _| {
-            terminate_containers(p, 143, "Error", None);
-            let ph = if phase(p) == "Succeeded" {
-                "Succeeded"
-            } else {
-                "Failed"
-            };
-            finish(p, Some(ph));
-            let st = status(p);
-            st.reason = Some(NODE_SHUTDOWN_REASON.into());
-            st.message = Some(NODE_SHUTDOWN_MESSAGE.into());
-            disruption(p, "TerminationByKubelet", NODE_SHUTDOWN_MESSAGE);
-        })
+        self.end(
+            name,
+            |p| terminate_containers(p, 143, "Error", None),
+            |p| {
+                let ph = if phase(p) == "Succeeded" {
+                    "Succeeded"
+                } else {
+                    "Failed"
+                };
+                finish(p, Some(ph));
+                let st = status(p);
+                st.reason = Some(NODE_SHUTDOWN_REASON.into());
+                st.message = Some(NODE_SHUTDOWN_MESSAGE.into());
+                disruption(p, "TerminationByKubelet", NODE_SHUTDOWN_MESSAGE);
+            },
+        )
     }
 
     /// Kubelet admission rejection (pkg/kubelet/kubelet.go rejectPod:
@@ -674,13 +713,16 @@ impl Kubelet {
     /// started, rewrites them as ContainerStatusUnknown.
     pub fn deadline_exceeded(&self, name: &str) -> Option<Pod> {
         self.ensure_scheduled(name);
-        self.apply(name, |p, _| {
-            terminate_containers(p, 143, "Error", None);
-            finish(p, Some("Failed"));
-            let st = status(p);
-            st.reason = Some(DEADLINE_REASON.into());
-            st.message = Some(DEADLINE_MESSAGE.into());
-        })
+        self.end(
+            name,
+            |p| terminate_containers(p, 143, "Error", None),
+            |p| {
+                finish(p, Some("Failed"));
+                let st = status(p);
+                st.reason = Some(DEADLINE_REASON.into());
+                st.message = Some(DEADLINE_MESSAGE.into());
+            },
+        )
     }
 
     /// containerd's StartError: exit 128, startedAt 1970-01-01T00:00:00Z, the

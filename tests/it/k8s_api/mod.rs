@@ -36,7 +36,7 @@ pub use axum::http::Method;
 pub use k8s_openapi::api::core::v1::Pod;
 #[allow(unused_imports)]
 pub use kubelet::{Kubelet, Plan, plan_for};
-pub use store::Termination;
+pub use store::{EndOrder, Termination};
 
 use store::Shared;
 

@@ -73,6 +73,22 @@ pub struct KubeletConfig {
     /// Images (as written in the Pod) the registry does not have: auto mode leaves such
     /// Pods in ErrImagePull / ImagePullBackOff.
     pub unpullable: std::collections::BTreeSet<String>,
+    /// How the kubelet writes a Pod's end it decides itself (a deadline, an eviction, a
+    /// node shutdown): in one status, or in two with either half first.
+    pub end_order: EndOrder,
+}
+
+/// Kubelets of different versions write a Pod's end in different orders.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EndOrder {
+    /// Phase, reason and the containers' end in one status.
+    #[default]
+    Together,
+    /// The terminal phase with its reason while the containers still say running; their
+    /// end follows in a second status.
+    PhaseFirst,
+    /// The containers' end first, the phase still Running; the phase and reason follow.
+    ContainersFirst,
 }
 
 pub struct State {
@@ -126,6 +142,7 @@ impl Shared {
                         exit_code: 143,
                     },
                     unpullable: Default::default(),
+                    end_order: EndOrder::Together,
                 },
                 closed: false,
                 seq: 0,
