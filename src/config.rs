@@ -115,6 +115,9 @@ pub struct KubernetesSection {
     pub grace_pending: Option<Duration>,
     /// Pods of Scarab's steps at once (reloaded by SIGHUP). Default 100.
     pub max_pods: Option<u32>,
+    /// The grace period of Scarab's Pod deletions. Default 30s.
+    #[serde(default, with = "optional_duration")]
+    pub delete_grace: Option<Duration>,
 }
 
 /// `[[tokens]]`: API tokens besides the admin token (reloaded by SIGHUP). The secret is
@@ -671,6 +674,12 @@ impl ConfigFile {
         ] {
             range(key, value, secs(1), secs(7 * 86400))?;
         }
+        range(
+            "kubernetes.delete_grace",
+            k.delete_grace,
+            secs(0),
+            secs(3600),
+        )?;
         if k.kubeconfig.is_some() && k.in_cluster == Some(true) {
             return Err("kubernetes.in_cluster: cannot be true with kubernetes.kubeconfig".into());
         }

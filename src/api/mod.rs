@@ -419,12 +419,13 @@ async fn submit(
     if !missing.is_empty() {
         return Err(ApiError::invalid(&missing));
     }
-    let refused = state
+    let mut refused = state
         .service
         .settings
         .live()
         .admission
         .check(&outcome.pipeline);
+    refused.extend(state.service.settings.check_executors(&outcome.pipeline));
     if !refused.is_empty() {
         return Err(ApiError::invalid(&refused));
     }

@@ -124,6 +124,10 @@ pub struct EngineArgs {
     /// How long a Pod may stay pending for any other reason [default: 30m].
     #[arg(long, env = "SCARAB_KUBE_GRACE_PENDING", value_parser = humantime::parse_duration)]
     kube_grace_pending: Option<Duration>,
+    /// The grace period of Scarab's Pod deletions (cancel, timeout kill, clean-up):
+    /// SIGTERM, then SIGKILL after it [default: 30s; file: kubernetes.delete_grace].
+    #[arg(long, env = "SCARAB_KUBE_DELETE_GRACE", value_parser = humantime::parse_duration)]
+    kube_delete_grace: Option<Duration>,
 }
 
 impl EngineArgs {
@@ -208,7 +212,10 @@ impl EngineArgs {
                         .or(kube.grace_pending)
                         .unwrap_or(grace.pending),
                 },
-                delete_grace: Duration::from_secs(30),
+                delete_grace: self
+                    .kube_delete_grace
+                    .or(kube.delete_grace)
+                    .unwrap_or(Duration::from_secs(30)),
             });
         }
         check_bounds(&settings)?;
@@ -256,6 +263,12 @@ fn check_bounds(settings: &Settings) -> anyhow::Result<()> {
         ] {
             check(name, value, secs(1), secs(7 * 86400))?;
         }
+        check(
+            "--kube-delete-grace (kubernetes.delete_grace)",
+            kube.delete_grace,
+            secs(0),
+            secs(3600),
+        )?;
     }
     Ok(())
 }
@@ -932,6 +945,7 @@ fn run(file: &Path, state_dir: &Path, settings: Settings) -> anyhow::Result<Exit
     }
     let mut missing = settings.live().secrets.check(&outcome.pipeline);
     missing.extend(settings.live().admission.check(&outcome.pipeline));
+    missing.extend(settings.check_executors(&outcome.pipeline));
     if !missing.is_empty() {
         for error in &missing {
             eprintln!("{}: {error}", file.display());

@@ -87,6 +87,30 @@ pub struct KubernetesSettings {
     pub delete_grace: Duration,
 }
 
+impl Settings {
+    /// What of a pipeline this service cannot run: a Kubernetes step on a service with
+    /// no cluster configured. Checked at submit; each error names its field.
+    pub fn check_executors(
+        &self,
+        pipeline: &crate::pipeline::Pipeline,
+    ) -> Vec<crate::pipeline::FieldError> {
+        if self.kubernetes.is_some() {
+            return Vec::new();
+        }
+        pipeline
+            .steps
+            .iter()
+            .enumerate()
+            .filter(|(_, step)| matches!(step.action, crate::pipeline::StepAction::Kubernetes(_)))
+            .map(|(index, _)| crate::pipeline::FieldError {
+                field: format!("steps[{index}].executor"),
+                line: None,
+                message: "this service has no Kubernetes cluster configured (kubernetes.kubeconfig or kubernetes.in_cluster)".into(),
+            })
+            .collect()
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Settings {

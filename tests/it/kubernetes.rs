@@ -1282,3 +1282,21 @@ fn a_deadline_and_an_eviction_give_the_same_verdict_in_either_write_order() {
         assert_eq!(judged["started"], true, "{order:?}");
     }
 }
+
+#[test]
+fn a_kubernetes_step_on_a_service_without_a_cluster_is_refused_at_submit() {
+    let dir = common::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("state"));
+    let (status, body) = server.submit_yaml(&format!(
+        "name: k\nsteps:\n  - name: local\n    run: ['true']\n{}",
+        kube_step("pod", "exit 0")
+    ));
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["errors"][0]["field"], "steps[1].executor", "{body}");
+    let (_, runs) = server.get("/v1/runs");
+    assert_eq!(
+        runs["runs"].as_array().map(Vec::len),
+        Some(0),
+        "nothing was created"
+    );
+}
