@@ -1300,3 +1300,60 @@ fn a_kubernetes_step_on_a_service_without_a_cluster_is_refused_at_submit() {
         "nothing was created"
     );
 }
+
+/// Admission rejections: Pod Security refuses the Pod as written (`config`, at once); a
+/// used-up ResourceQuota is waited out until the pending grace, then `infra_never_started`.
+/// Both name their cause in the attempt's reason.
+#[test]
+fn pod_security_is_config_and_an_exceeded_quota_waits_then_never_started() {
+    let dir = common::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    cluster.cluster.kubelet().auto(true);
+    let server = cluster.serve_with(
+        dir.path(),
+        &["--kube-grace-pending", "2s", "--infra-retries", "0"],
+    );
+    let yaml = format!("name: k\nsteps:\n{}", kube_step("s", "exit 0"));
+
+    cluster.cluster.set_fault(Fault::PodSecurity);
+    let id = server.submit(&yaml);
+    let run = server.wait_terminal(&id, WITHIN);
+    let judged = &attempts(&run, 0)[0];
+    assert_eq!(judged["class"], "config", "{run:#}");
+    assert_eq!(judged["started"], false);
+    assert!(
+        judged["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("PodSecurity"),
+        "{run:#}"
+    );
+
+    cluster.cluster.set_fault(Fault::QuotaExceeded);
+    let started = std::time::Instant::now();
+    let id = server.submit(&yaml);
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(
+        attempts(&server.run(&id), 0)[0]["state"],
+        "launching",
+        "waits for room"
+    );
+    let run = server.wait_terminal(&id, WITHIN);
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "gave up before the grace"
+    );
+    let judged = &attempts(&run, 0)[0];
+    assert_eq!(judged["class"], "infra_never_started", "{run:#}");
+    assert_eq!(judged["started"], false);
+    assert!(
+        judged["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("exceeded quota"),
+        "{run:#}"
+    );
+    cluster.cluster.set_fault(Fault::None);
+    assert!(cluster.cluster.pods().is_empty(), "no Pod was ever admitted");
+    assert!(cluster.pod_creations() >= 3, "the quota was asked again, with backoff");
+}

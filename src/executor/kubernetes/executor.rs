@@ -52,6 +52,9 @@ struct State {
     synced: bool,
     /// Stops requested before the attempt's Pod was created: the launch never creates it.
     stopped_early: HashMap<Fence, KillReason>,
+    /// When a ResourceQuota first refused each attempt's Pod (in memory: a restart starts
+    /// the wait again).
+    quota_since: HashMap<Fence, std::time::Instant>,
 }
 
 #[derive(Clone)]
@@ -366,7 +369,9 @@ impl Executor for KubeExecutor {
             .create(&PostParams::default(), &manifest)
             .await
         {
-            Ok(_) => {}
+            Ok(_) => {
+                self.lock().quota_since.remove(&order.fence);
+            }
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 // Created by an earlier delivery of this launch: adopt it only if it is
                 // this very attempt.
@@ -391,6 +396,52 @@ impl Executor for KubeExecutor {
                 let reason = format!("Pod rejected by the API server: {}", status.message);
                 self.report_now(order, Outcome::Failed(FailureClass::Config), reason)
                     .await;
+                return Ok(());
+            }
+            // Pod Security admission: the Pod as written can never be admitted here.
+            Err(kube::Error::Api(status))
+                if status.code == 403 && status.message.contains("violates PodSecurity") =>
+            {
+                let reason = format!("Pod Security admission refused the Pod: {}", status.message);
+                self.report_now(order, Outcome::Failed(FailureClass::Config), reason)
+                    .await;
+                return Ok(());
+            }
+            // A used-up ResourceQuota clears when other Pods end: wait (the outbox
+            // redelivers with backoff) until the pending grace, then give up: it never
+            // started.
+            Err(kube::Error::Api(status))
+                if status.code == 403 && status.message.contains("exceeded quota") =>
+            {
+                let grace = self.inner.settings.grace.pending;
+                let waited = {
+                    let mut state = self.lock();
+                    let since = *state
+                        .quota_since
+                        .entry(order.fence)
+                        .or_insert_with(std::time::Instant::now);
+                    since.elapsed()
+                };
+                if waited < grace {
+                    return Err(ExecutorError::Unavailable(format!(
+                        "waiting for room in a ResourceQuota ({}s of {}s): {}",
+                        waited.as_secs(),
+                        grace.as_secs(),
+                        status.message
+                    )));
+                }
+                self.lock().quota_since.remove(&order.fence);
+                let reason = format!(
+                    "no room in a ResourceQuota for {}s (kubernetes.grace_pending): {}",
+                    grace.as_secs(),
+                    status.message
+                );
+                self.report_now(
+                    order,
+                    Outcome::Failed(FailureClass::InfraNeverStarted),
+                    reason,
+                )
+                .await;
                 return Ok(());
             }
             Err(error) => return Err(unavailable(&error)),

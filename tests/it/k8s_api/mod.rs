@@ -51,6 +51,10 @@ pub enum Fault {
     /// The namespace does not exist: create gets 404 `namespaces "x" not found`,
     /// reads see nothing (get/delete 404 `pods "x" not found`, empty lists).
     NamespaceMissing,
+    /// Pod Security admission refuses every create (403, "violates PodSecurity").
+    PodSecurity,
+    /// A ResourceQuota is used up: every create gets 403 "exceeded quota".
+    QuotaExceeded,
 }
 
 pub struct FakeCluster {

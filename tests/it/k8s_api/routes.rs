@@ -99,6 +99,22 @@ pub fn handle(shared: &Arc<Shared>, req: &Request) -> Response {
             if ns_missing {
                 return status_response(status::not_found("namespaces", ns));
             }
+            let why = match fault {
+                Fault::PodSecurity => Some(
+                    "violates PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false (container \"step\" must set securityContext.allowPrivilegeEscalation=false), runAsNonRoot != true (pod or container \"step\" must set securityContext.runAsNonRoot=true)",
+                ),
+                Fault::QuotaExceeded => Some(
+                    "exceeded quota: compute, requested: pods=1, used: pods=10, limited: pods=10",
+                ),
+                _ => None,
+            };
+            if let Some(why) = why {
+                let name = serde_json::from_slice::<Pod>(&req.body)
+                    .ok()
+                    .and_then(|p| p.metadata.name)
+                    .unwrap_or_default();
+                return status_response(status::admission_forbidden(&name, why));
+            }
             create(shared, req, ns)
         }
         ("GET", Target::Collection(ns)) if req.flag("watch") => watch(req, ns, ns_missing),

@@ -129,6 +129,17 @@ pub fn forbidden(
     StatusBody::failure(403, "Forbidden", message, resource_details(top, name))
 }
 
+/// An admission plug-in's refusal of a create: 403 Forbidden, `pods "NAME" is forbidden:
+/// WHY` (Pod Security admission, ResourceQuota).
+pub fn admission_forbidden(name: &str, why: &str) -> StatusBody {
+    StatusBody::failure(
+        403,
+        "Forbidden",
+        format!("pods {name:?} is forbidden: {why}"),
+        resource_details("pods", name),
+    )
+}
+
 /// NewResourceExpired: code 410, reason Expired (the watch cache's "too old resource version").
 pub fn expired(message: String) -> StatusBody {
     StatusBody::failure(410, "Expired", message, None)
