@@ -58,6 +58,13 @@ pub trait Executor: Clone + Send + Sync + 'static {
         let _ = fence;
     }
 
+    /// The highest plausible fence this executor found after start-up (a reconciliation
+    /// that finished in the background): the driver raises its counter above it before
+    /// minting more. `None` when there is nothing (more) to raise.
+    fn fence_floor(&self) -> Option<Fence> {
+        None
+    }
+
     /// Asks the attempt to stop. Idempotent; succeeds when there is nothing left to stop.
     fn kill(
         &self,
@@ -119,6 +126,10 @@ impl Executor for Executors {
 
     fn launch_recorded(&self, fence: Fence) {
         self.local.launch_recorded(fence);
+    }
+
+    fn fence_floor(&self) -> Option<Fence> {
+        self.kubernetes.as_ref().and_then(|k| k.fence_floor())
     }
 
     async fn kill(&self, target: Target, reason: KillReason) -> Result<(), ExecutorError> {

@@ -55,6 +55,14 @@ struct State {
     /// When a ResourceQuota first refused each attempt's Pod (in memory: a restart starts
     /// the wait again).
     quota_since: HashMap<Fence, std::time::Instant>,
+    /// The start-up reconciliation (foreign Pods deleted, fences counted) is still to
+    /// succeed: it retries in the background, and no Pod is created meanwhile.
+    unreconciled: bool,
+    /// Stale Pods found at start and not deleted yet: no launch creates (or adopts) a
+    /// Pod of that name until it is gone.
+    zombies: HashSet<String>,
+    /// The highest fence a background reconciliation found, for the driver.
+    fence_floor: Option<Fence>,
 }
 
 #[derive(Clone)]
@@ -363,6 +371,19 @@ impl Executor for KubeExecutor {
         }
         let manifest = pod::build(order, template);
         let name = pod::pod_name(order.run, usize::from(order.step), order.fence);
+        {
+            let state = self.lock();
+            if state.unreconciled {
+                return Err(ExecutorError::Unavailable(
+                    "the start-up reconciliation with the cluster has not succeeded yet".into(),
+                ));
+            }
+            if state.zombies.contains(&name) {
+                return Err(ExecutorError::Unavailable(format!(
+                    "a stale Pod named {name} is being deleted"
+                )));
+            }
+        }
         match self
             .inner
             .api
@@ -527,6 +548,14 @@ impl Executor for KubeExecutor {
     /// One paged LIST of the managed Pods: each either belongs to an in-flight attempt
     /// (run, step and fence all match) or is deleted — zombies of superseded attempts,
     /// leftovers of finished ones, Pods of a newer lineage after a restore.
+    fn fence_floor(&self) -> Option<Fence> {
+        self.lock().fence_floor.take()
+    }
+
+    /// The start-up reconciliation: one LIST (readiness waits for it, not for the
+    /// deletions, which run in the background, bounded). If the API cannot be reached it
+    /// is retried in the background with backoff until it succeeds; until then no Pod is
+    /// created, and the fence counter is raised through `fence_floor` once it did.
     async fn recover(
         &self,
         inflight: &[Adoption],
@@ -534,6 +563,49 @@ impl Executor for KubeExecutor {
     ) -> Result<Option<Fence>, ExecutorError> {
         let wanted: HashSet<(RunId, usize, Fence)> =
             inflight.iter().map(|a| (a.run, a.step, a.fence)).collect();
+        match self.reconcile(&wanted, minted_below).await {
+            Ok(highest) => Ok(highest),
+            Err(error) => {
+                self.lock().unreconciled = true;
+                let me = self.clone();
+                tokio::spawn(async move {
+                    let mut wait = Duration::from_secs(1);
+                    loop {
+                        tokio::time::sleep(wait).await;
+                        match me.reconcile(&wanted, minted_below).await {
+                            Ok(highest) => {
+                                let mut state = me.lock();
+                                state.unreconciled = false;
+                                state.fence_floor = highest;
+                                tracing::warn!(
+                                    ?highest,
+                                    "start-up reconciliation with the cluster done"
+                                );
+                                return;
+                            }
+                            Err(error) => {
+                                tracing::warn!(%error, retry_in = ?wait, "start-up reconciliation with the cluster failed");
+                                wait = (wait * 2).min(Duration::from_secs(30));
+                            }
+                        }
+                    }
+                });
+                Err(error)
+            }
+        }
+    }
+}
+
+impl KubeExecutor {
+    /// One LIST of the managed Pods: those of in-flight attempts are kept for the watch,
+    /// the others deleted in the background (at most 16 at a time). The highest plausible
+    /// fence seen.
+    async fn reconcile(
+        &self,
+        wanted: &HashSet<(RunId, usize, Fence)>,
+        minted_below: Fence,
+    ) -> Result<Option<Fence>, ExecutorError> {
+        let mut stale = Vec::new();
         let mut highest = None;
         let mut continue_token: Option<String> = None;
         loop {
@@ -556,7 +628,7 @@ impl Executor for KubeExecutor {
                             self.lock().pods.insert(name, found.clone());
                         } else {
                             tracing::warn!(pod = %name, %fence, "deleting a Pod that belongs to no in-flight attempt");
-                            self.delete(&name).await;
+                            stale.push(name);
                         }
                     }
                     // Labels that cannot be read, or a fence no store of this lineage
@@ -565,15 +637,44 @@ impl Executor for KubeExecutor {
                         let fence = identity.map(|(_, _, fence)| fence);
                         tracing::warn!(pod = %name, ?fence, "deleting a managed Pod without a plausible run, step and fence");
                         if !name.is_empty() {
-                            self.delete(&name).await;
+                            stale.push(name);
                         }
                     }
                 }
             }
             continue_token = page.metadata.continue_.filter(|t| !t.is_empty());
             if continue_token.is_none() {
-                return Ok(highest);
+                break;
             }
         }
+        self.delete_stale(stale);
+        Ok(highest)
+    }
+
+    /// Deletes stale Pods in the background, 16 at a time, each retried with backoff until
+    /// it is gone; their names are barred from launches until then.
+    fn delete_stale(&self, names: Vec<String>) {
+        if names.is_empty() {
+            return;
+        }
+        self.lock().zombies.extend(names.iter().cloned());
+        let me = self.clone();
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            futures::stream::iter(names)
+                .for_each_concurrent(16, |name| {
+                    let me = me.clone();
+                    async move {
+                        let mut wait = Duration::from_millis(200);
+                        while let Err(error) = me.try_delete(&name).await {
+                            tracing::warn!(pod = %name, %error, "deleting a stale Pod failed; retrying");
+                            tokio::time::sleep(wait).await;
+                            wait = (wait * 2).min(Duration::from_secs(30));
+                        }
+                        me.lock().zombies.remove(&name);
+                    }
+                })
+                .await;
+        });
     }
 }
