@@ -1398,3 +1398,47 @@ fn a_start_without_the_api_reconciles_in_the_background_once_it_returns() {
         "the counter was not raised above the stale fences: minted {fence}"
     );
 }
+
+/// A never-started attempt whose Pod is being deleted (its image pull gave up) is retried
+/// only once that Pod is gone: the old Pod's DELETED precedes the new Pod's ADDED in the
+/// server's event history, though the retry's backoff is only 100 ms and the deletion
+/// takes a second.
+#[test]
+fn a_retry_waits_until_the_previous_attempts_pod_is_gone() {
+    let dir = common::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    let kubelet = cluster.cluster.kubelet();
+    kubelet.auto(true);
+    kubelet.set_pullable("example.invalid/missing:1", false);
+    kubelet.set_termination(k8s_api::Termination::Graceful {
+        after: Duration::from_secs(1),
+        exit_code: 143,
+    });
+    cluster.cluster.set_history_limit(100_000);
+    let server = cluster.serve_with(dir.path(), &["--kube-grace-image-pull", "1s"]);
+    let id = server.submit(
+        "name: k\nsteps:\n  - name: a\n    executor: kubernetes\n    image: example.invalid/missing:1\n    command: [sh, -c, 'exit 0']\n    retry: {on: step, max: 0, backoff: {initial: 100ms, max: 100ms}}\n",
+    );
+    let run = server.wait_for(&id, WITHIN, |run| attempts(run, 0).len() >= 2);
+    let first = format!("{}-s0-f{}", id, attempts(&run, 0)[0]["fence"]);
+    let second = format!("{}-s0-f{}", id, attempts(&run, 0)[1]["fence"]);
+    assert_eq!(
+        attempts(&run, 0)[0]["class"],
+        "infra_never_started",
+        "{run:#}"
+    );
+    let deadline = std::time::Instant::now() + WITHIN;
+    let (deleted, added) = loop {
+        let events = cluster.cluster.events();
+        let at = |kind: &str, name: &str| events.iter().position(|(k, n)| *k == kind && n == name);
+        if let (Some(deleted), Some(added)) = (at("DELETED", &first), at("ADDED", &second)) {
+            break (deleted, added);
+        }
+        assert!(std::time::Instant::now() < deadline, "events: {events:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        deleted < added,
+        "the retry's Pod was created before the old one was gone"
+    );
+}

@@ -383,6 +383,11 @@ impl Executor for KubeExecutor {
                     "a stale Pod named {name} is being deleted"
                 )));
             }
+            if let Some(previous) = earlier_pod_not_over(&state.pods, order) {
+                return Err(ExecutorError::Unavailable(format!(
+                    "waiting for the Pod {previous} of an earlier attempt of this step to be gone"
+                )));
+            }
         }
         match self
             .inner
@@ -594,6 +599,20 @@ impl Executor for KubeExecutor {
             }
         }
     }
+}
+
+/// A Pod of an earlier attempt of the same step that is not over (its phase is not
+/// terminal: it may still start or run, also while it is being deleted): a retry waits for
+/// it to be gone (a DELETED event takes it out of the watch's copy), so two attempts of a
+/// step never run at once. Kept Pods of finished attempts run nothing and do not count.
+fn earlier_pod_not_over(pods: &HashMap<String, Pod>, order: &LaunchRecord) -> Option<String> {
+    let step = usize::from(order.step);
+    pods.iter().find_map(|(name, pod)| {
+        let (run, pod_step, fence) = pod::identity(pod)?;
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let over = matches!(phase, Some("Succeeded" | "Failed"));
+        (run == order.run && pod_step == step && fence < order.fence && !over).then(|| name.clone())
+    })
 }
 
 impl KubeExecutor {

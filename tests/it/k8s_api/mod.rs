@@ -151,6 +151,22 @@ impl FakeCluster {
         st.pods.get(&key).cloned()
     }
 
+    /// The watch history still retained: (ADDED | MODIFIED | DELETED, Pod name), oldest
+    /// first.
+    pub fn events(&self) -> Vec<(&'static str, String)> {
+        self.shared
+            .lock()
+            .history
+            .iter()
+            .map(|e| {
+                (
+                    e.kind.as_str(),
+                    e.pod.metadata.name.clone().unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
     /// The current global resourceVersion.
     pub fn resource_version(&self) -> u64 {
         self.shared.lock().rv
