@@ -62,6 +62,10 @@ impl World {
 #[derive(Clone)]
 struct SimExecutor {
     world: Arc<Mutex<World>>,
+    /// The crash plan of the "process" this executor belongs to: once it crashed, none of
+    /// that process's tasks (a re-adoption still running, a late after-commit effect)
+    /// touches the world again, as none of a dead process's threads would.
+    plan: Arc<CrashPlan>,
 }
 
 fn verdict(outcome: Outcome) -> Verdict {
@@ -131,7 +135,7 @@ impl SimExecutor {
     }
 
     fn down(&self) -> bool {
-        self.world.lock().map_or(true, |w| w.plan.crashed())
+        self.plan.crashed()
     }
 }
 
@@ -342,6 +346,7 @@ async fn seed_in(dir: &std::path::Path, seed: u64, crashes: u32) -> Result<u32, 
             w.plan = plan.clone();
         }
         let executor_world = world.clone();
+        let executor_plan = plan.clone();
         let settings = Settings::default();
         settings.replace_live(crate::config::Live {
             admission: crate::engine::admission::Limits {
@@ -356,6 +361,7 @@ async fn seed_in(dir: &std::path::Path, seed: u64, crashes: u32) -> Result<u32, 
             }
             Ok(SimExecutor {
                 world: executor_world,
+                plan: executor_plan,
             })
         })
         .await;
