@@ -366,10 +366,14 @@ impl SubmitQuery {
                 } else {
                     "supersede"
                 };
-                return Err(bad(
-                    field,
-                    "needs concurrency_group: the pipeline has no concurrency group".into(),
-                ));
+                // Each parameter is valid alone; together with this pipeline they are
+                // not: a 422, like the pipeline's own cross-field rules.
+                return Err(ApiError::invalid(&[pipeline::FieldError {
+                    field: field.to_string(),
+                    line: None,
+                    message: "needs concurrency_group: the pipeline has no concurrency group"
+                        .into(),
+                }]));
             }
             return Ok(admission);
         };
