@@ -45,7 +45,8 @@ struct State {
     /// Attempts being supervised, by Pod name.
     tracked: HashMap<String, Tracked>,
     /// The latest copy of every managed Pod, as the watch delivers it.
-    pods: HashMap<String, Pod>,
+    /// Ordered by name, so the Pods of one step (`{run}-s{step}-f…`) are one range.
+    pods: std::collections::BTreeMap<String, Pod>,
     /// Pods seen during the current relist (between the watch's Init and InitDone).
     relisting: Option<HashSet<String>>,
     /// True once the watch has listed everything at least once.
@@ -605,9 +606,17 @@ impl Executor for KubeExecutor {
 /// terminal: it may still start or run, also while it is being deleted): a retry waits for
 /// it to be gone (a DELETED event takes it out of the watch's copy), so two attempts of a
 /// step never run at once. Kept Pods of finished attempts run nothing and do not count.
-fn earlier_pod_not_over(pods: &HashMap<String, Pod>, order: &LaunchRecord) -> Option<String> {
+/// Looks only at the range of names of this step's Pods, not at every Pod.
+fn earlier_pod_not_over(
+    pods: &std::collections::BTreeMap<String, Pod>,
+    order: &LaunchRecord,
+) -> Option<String> {
     let step = usize::from(order.step);
-    pods.iter().find_map(|(name, pod)| {
+    let prefix = pod::step_prefix(order.run, step);
+    let mut of_step = pods
+        .range(prefix.clone()..)
+        .take_while(|(name, _)| name.starts_with(&prefix));
+    of_step.find_map(|(name, pod)| {
         let (run, pod_step, fence) = pod::identity(pod)?;
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let over = matches!(phase, Some("Succeeded" | "Failed"));

@@ -26,7 +26,12 @@ pub const CONTAINER: &str = "step";
 /// at most 27 + 7 + 22 = 56 characters, so never truncated; the same attempt always
 /// gets the same name, which makes creation idempotent per fence.
 pub fn pod_name(run: RunId, step: usize, fence: Fence) -> String {
-    format!("{run}-s{step}-f{fence}")
+    format!("{}{fence}", step_prefix(run, step))
+}
+
+/// What the names of one step's Pods start with (and no other step's: `-f` follows).
+pub fn step_prefix(run: RunId, step: usize) -> String {
+    format!("{run}-s{step}-f")
 }
 
 /// The attempt a Pod belongs to, from its labels: (run, step index, fence).
