@@ -106,6 +106,12 @@ impl Limits {
         }
     }
 
+    /// The slots a step asking for `slots` takes of `pool`: never more than the whole pool,
+    /// so after a reload lowered the limit below them it waits for the pool to be empty.
+    pub fn slots_of(&self, pool: Pool, slots: u32) -> u32 {
+        slots.min(self.pool(pool).max(1))
+    }
+
     /// A lock the configuration no longer names (removed by a reload while steps still
     /// name it) keeps a limit of 1.
     pub fn lock(&self, name: &str) -> u32 {
@@ -530,7 +536,7 @@ impl Scheduler {
     fn force_hold(&mut self, run: &Run, step: usize) {
         let spec = &run.pipeline.steps[step];
         let pool = Pool::of(&spec.action);
-        let slots = pool.map_or(0, |p| spec.slots.min(self.limits.pool(p).max(1)));
+        let slots = pool.map_or(0, |p| self.limits.slots_of(p, spec.slots));
         if let Some(pool) = pool {
             self.pool_used[pool.index()] += u64::from(slots);
         }
@@ -902,9 +908,7 @@ impl Scheduler {
                 self.pool_wait[pool.index()].remove(&key);
                 continue;
             };
-            // A step never needs more than the whole pool: after a reload lowered the
-            // limit below its `slots`, it waits for the pool to be empty.
-            let slots = u64::from(queued.slots).min(limit.max(1));
+            let slots = u64::from(self.limits.slots_of(pool, queued.slots));
             if self.pool_used[pool.index()] + slots > limit {
                 return;
             }
@@ -1026,7 +1030,7 @@ impl Scheduler {
             }
             if let Some(key) = self.pool_wait[pool.index()].first() {
                 let queued = &self.runs[&key.run].queued[&key.step];
-                let slots = u64::from(queued.slots).min(limit.max(1));
+                let slots = u64::from(self.limits.slots_of(pool, queued.slots));
                 if pool_used[pool.index()] + slots <= limit {
                     return Err(format!(
                         "{} pool has room but its first step waits",
