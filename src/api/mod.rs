@@ -2,6 +2,7 @@
 //! (redb readers never block the writer); writes go through the service's driver.
 
 pub mod auth;
+mod drain;
 pub mod dto;
 mod errors;
 pub mod listen;
@@ -65,6 +66,7 @@ pub fn router(state: ApiState) -> Router {
         .layer(middleware::from_fn(request_deadline))
         .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn(header_limit))
+        .layer(middleware::from_fn(drain::drain_unread_body))
         .with_state(state)
 }
 

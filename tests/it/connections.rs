@@ -3,7 +3,7 @@
 //! that send nothing (the header-read timeout).
 
 use crate::common;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -93,4 +93,74 @@ fn oversized_headers_are_refused_as_json_naming_the_field() {
     let body = answer.split("\r\n\r\n").nth(1).expect("body");
     let json: serde_json::Value = serde_json::from_str(body).expect("a JSON body");
     assert_eq!(json["field"], "headers", "{json}");
+}
+
+/// A refusal decided before the body is read (a bad token) still reaches the client
+/// when the body arrives late, and the connection stays usable: the server reads the
+/// rest of the body before answering instead of closing on it (which makes the kernel
+/// reset the connection and the client lose the answer).
+#[test]
+fn a_refusal_before_a_late_body_reaches_the_client_and_keeps_the_connection() {
+    let dir = common::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("state"));
+    let address = server.url.trim_start_matches("http://").to_string();
+    let body = vec![b'x'; 20_000];
+    for (method, path) in [
+        (
+            "PUT",
+            "/v1/runs/r01m8y57tfmvwmvb565r30rzdve/steps/s/outputs",
+        ),
+        ("POST", "/v1/runs"),
+    ] {
+        let mut stream = TcpStream::connect(&address).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: scarab\r\nAuthorization: Bearer 1.deadbeef\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        stream.write_all(head.as_bytes()).expect("head");
+        // The body comes late and in pieces, after the server could have answered.
+        for piece in body.chunks(body.len() / 4) {
+            std::thread::sleep(Duration::from_millis(100));
+            stream.write_all(piece).expect("body");
+        }
+        let (status, text) = read_response(&mut stream);
+        assert_eq!(status, 401, "{method} {path}: {text}");
+        assert!(text.contains("\"error\""), "{method} {path}: {text}");
+        // The same connection answers the next request.
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: scarab\r\n\r\n")
+            .expect("second request");
+        let (status, text) = read_response(&mut stream);
+        assert_eq!((status, text.as_str()), (200, "ok\n"), "{method} {path}");
+    }
+}
+
+/// Reads one HTTP/1.1 response with a Content-Length body: (status, body).
+fn read_response(stream: &mut TcpStream) -> (u16, String) {
+    let mut buffer = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buffer.ends_with(b"\r\n\r\n") {
+        let n = stream.read(&mut byte).expect("response head");
+        assert_eq!(
+            n, 1,
+            "the connection ended inside a response head: {buffer:?}"
+        );
+        buffer.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&buffer).to_string();
+    let status = head[9..12].parse().expect("status");
+    let length: usize = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().ok())?
+        })
+        .expect("content-length");
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).expect("response body");
+    (status, String::from_utf8_lossy(&body).to_string())
 }
