@@ -118,6 +118,9 @@ pub struct KubernetesSection {
     /// The grace period of Scarab's Pod deletions. Default 30s.
     #[serde(default, with = "optional_duration")]
     pub delete_grace: Option<Duration>,
+    /// The API's URL as the cluster's Pods reach it; set, Pod steps get `SCARAB_URL` and
+    /// their attempt's token and can report outputs.
+    pub callback_url: Option<String>,
 }
 
 /// `[[tokens]]`: API tokens besides the admin token (reloaded by SIGHUP). The secret is
@@ -680,6 +683,9 @@ impl ConfigFile {
             secs(0),
             secs(3600),
         )?;
+        if let Some(url) = &k.callback_url {
+            check_callback_url(url).map_err(|e| format!("kubernetes.callback_url: {e}"))?;
+        }
         if k.kubeconfig.is_some() && k.in_cluster == Some(true) {
             return Err("kubernetes.in_cluster: cannot be true with kubernetes.kubeconfig".into());
         }
@@ -744,6 +750,37 @@ impl ConfigFile {
     }
 }
 
+/// A URL Pods can call back on: `http://` or `https://`, a host, no credentials, no
+/// query or fragment, printable ASCII, at most `limits::CALLBACK_URL_MAX_BYTES`.
+pub fn check_callback_url(url: &str) -> Result<(), String> {
+    if url.len() > crate::limits::CALLBACK_URL_MAX_BYTES {
+        return Err(format!(
+            "longer than {} bytes",
+            crate::limits::CALLBACK_URL_MAX_BYTES
+        ));
+    }
+    if !url.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(format!(
+            "{url:?} has a space or a character that is not printable ASCII"
+        ));
+    }
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| format!("{url:?} does not start with http:// or https://"))?;
+    let host = rest.split('/').next().unwrap_or_default();
+    if host.is_empty() {
+        return Err(format!("{url:?} has no host"));
+    }
+    if host.contains('@') {
+        return Err(format!("{url:?}: credentials do not belong in the URL"));
+    }
+    if rest.contains(['?', '#']) {
+        return Err(format!("{url:?}: no query or fragment"));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -772,5 +809,34 @@ mod tests {
             load("[[webhooks]]\nurl = \"http://x\"\nsecret = \"0123456789abcdef\"\ncolour = 1\n")
                 .expect_err("unknown");
         assert!(error.to_string().contains("colour"), "{error}");
+    }
+
+    #[test]
+    fn a_callback_url_must_be_one_a_pod_can_use() {
+        let ok = load("[kubernetes]\ncallback_url = \"http://scarab.scarab.svc:7300\"\n")
+            .expect("valid");
+        assert_eq!(
+            ok.kubernetes.callback_url.as_deref(),
+            Some("http://scarab.scarab.svc:7300")
+        );
+        for bad in [
+            "ftp://x",
+            "http://",
+            "http://user:pw@host",
+            "https://host/?q=1",
+            "http://host /x",
+            "scarab:7300",
+        ] {
+            let error = load(&format!("[kubernetes]\ncallback_url = \"{bad}\"\n")).expect_err(bad);
+            assert!(
+                error.to_string().contains("kubernetes.callback_url"),
+                "{bad}: {error}"
+            );
+        }
+        let long = format!(
+            "http://h/{}",
+            "a".repeat(crate::limits::CALLBACK_URL_MAX_BYTES)
+        );
+        assert!(check_callback_url(&long).is_err());
     }
 }

@@ -21,6 +21,8 @@ pub const ARGV_TOTAL_MAX_BYTES: usize = 64 * 1024;
 pub const ENV_MAX_VARS: usize = 100;
 pub const ENV_NAME_MAX_BYTES: usize = 128;
 pub const ENV_VALUE_MAX_BYTES: usize = 4096;
+/// `kubernetes.callback_url`: it becomes a Pod's `SCARAB_URL`, so an environment value.
+pub const CALLBACK_URL_MAX_BYTES: usize = 2048;
 
 /// A secret's name (`env: {VAR: {secret: NAME}}`, a file name under the secrets dir, a
 /// Kubernetes Secret's name).

@@ -128,6 +128,11 @@ pub struct EngineArgs {
     /// SIGTERM, then SIGKILL after it [default: 30s; file: kubernetes.delete_grace].
     #[arg(long, env = "SCARAB_KUBE_DELETE_GRACE", value_parser = humantime::parse_duration)]
     kube_delete_grace: Option<Duration>,
+    /// The API's URL as the cluster's Pods reach it (`http://10.0.0.5:7300`); set, Pod
+    /// steps get SCARAB_URL and their attempt's token to report outputs
+    /// [default: none; file: kubernetes.callback_url].
+    #[arg(long, env = "SCARAB_KUBE_CALLBACK_URL")]
+    kube_callback_url: Option<String>,
 }
 
 impl EngineArgs {
@@ -216,6 +221,7 @@ impl EngineArgs {
                     .kube_delete_grace
                     .or(kube.delete_grace)
                     .unwrap_or(Duration::from_secs(30)),
+                callback_url: self.kube_callback_url.clone().or(kube.callback_url.clone()),
             });
         }
         check_bounds(&settings)?;
@@ -269,6 +275,11 @@ fn check_bounds(settings: &Settings) -> anyhow::Result<()> {
             secs(0),
             secs(3600),
         )?;
+        if let Some(url) = &kube.callback_url {
+            crate::config::check_callback_url(url).map_err(|e| {
+                anyhow::anyhow!("--kube-callback-url (kubernetes.callback_url): {e}")
+            })?;
+        }
     }
     Ok(())
 }

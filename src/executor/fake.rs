@@ -117,6 +117,7 @@ impl Executor for FakeExecutor {
         &self,
         _inflight: &[Adoption],
         _minted_below: Fence,
+        _retained: &super::Retained,
     ) -> Result<Option<Fence>, ExecutorError> {
         Ok(self.highest.lock().ok().and_then(|h| *h))
     }

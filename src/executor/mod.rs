@@ -84,12 +84,20 @@ pub trait Executor: Clone + Send + Sync + 'static {
     /// stops what does not belong to an in-flight attempt of this store (foreign zombies:
     /// superseded attempts, leftovers, fences at or above `minted_below` from a newer
     /// lineage), and returns the highest fence seen so the counter can be raised above it.
+    /// Traces of finished attempts that `retained` answers true for are kept (their
+    /// retention has not ended); what is left of other finished attempts may go.
     fn recover(
         &self,
         inflight: &[Adoption],
         minted_below: Fence,
+        retained: &Retained,
     ) -> impl Future<Output = Result<Option<Fence>, ExecutorError>> + Send;
 }
+
+/// Whether the finished attempt (run, step index, fence) of this store is still within
+/// its log retention, so its traces (a kept Pod) stay. Answers false for an attempt the
+/// store does not know.
+pub type Retained = std::sync::Arc<dyn Fn(RunId, usize, Fence) -> bool + Send + Sync>;
 
 /// An attempt as the outbox names it to the executors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,6 +165,7 @@ impl Executor for Executors {
         &self,
         inflight: &[Adoption],
         minted_below: Fence,
+        retained: &Retained,
     ) -> Result<Option<Fence>, ExecutorError> {
         let of = |kind| {
             inflight
@@ -167,18 +176,18 @@ impl Executor for Executors {
         };
         let mut highest = self
             .local
-            .recover(&of(ExecutorKind::Local), minted_below)
+            .recover(&of(ExecutorKind::Local), minted_below, retained)
             .await?;
         if let Some(kube) = &self.kubernetes {
             // A cluster that cannot be listed must not cost the local executor its fences.
             match kube
-                .recover(&of(ExecutorKind::Kubernetes), minted_below)
+                .recover(&of(ExecutorKind::Kubernetes), minted_below, retained)
                 .await
             {
                 Ok(seen) => highest = highest.max(seen),
                 Err(error) => tracing::error!(
                     %error,
-                    "kubernetes recovery failed: zombie Pods are not stopped and their fences not counted until the next start"
+                    "kubernetes recovery failed: it is retried in the background; no Pod is created until it succeeds"
                 ),
             }
         }

@@ -253,7 +253,12 @@ impl Executor for SimExecutor {
         Ok(())
     }
 
-    async fn recover(&self, _: &[Adoption], _: Fence) -> Result<Option<Fence>, ExecutorError> {
+    async fn recover(
+        &self,
+        _: &[Adoption],
+        _: Fence,
+        _: &crate::executor::Retained,
+    ) -> Result<Option<Fence>, ExecutorError> {
         Ok(self
             .world
             .lock()

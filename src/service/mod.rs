@@ -85,6 +85,8 @@ pub struct KubernetesSettings {
     pub namespace: String,
     pub grace: crate::executor::kubernetes::classify::GracePeriods,
     pub delete_grace: Duration,
+    /// The API's URL as Pods reach it: Pod steps get it and their token when set.
+    pub callback_url: Option<String>,
 }
 
 impl Settings {

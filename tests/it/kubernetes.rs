@@ -1442,3 +1442,169 @@ fn a_retry_waits_until_the_previous_attempts_pod_is_gone() {
         "the retry's Pod was created before the old one was gone"
     );
 }
+
+/// Pods of finished attempts are kept across a restart while their run's log retention
+/// lasts; a start deletes the ones whose retention has ended, and a Pod that still runs
+/// for an attempt that has ended.
+#[test]
+fn kept_pods_of_finished_attempts_survive_a_restart_until_their_retention_ends() {
+    let dir = common::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    cluster.cluster.kubelet().auto(true);
+    let mut server = cluster.serve_with(dir.path(), &["--log-retention", "1h"]);
+    let ids = [
+        server.submit(&format!("name: ok\nsteps:\n{}", kube_step("a", "exit 0"))),
+        server.submit(&format!("name: bad\nsteps:\n{}", kube_step("a", "exit 3"))),
+        server.submit(&format!(
+            "name: again\nsteps:\n{}",
+            kube_step("a", "exit 0")
+        )),
+    ];
+    let runs: Vec<serde_json::Value> = ids
+        .iter()
+        .map(|id| server.wait_terminal(id, WITHIN))
+        .collect();
+    let names: Vec<String> = runs.iter().map(|run| pod_name(run, 0)).collect();
+    // The third attempt's Pod is replaced by a running one with its identity.
+    cluster.cluster.kubelet().remove(&names[2]);
+    let fence = fences(&runs[2], 0)[0].to_string();
+    create_pods(&cluster, &[managed_pod(&names[2], &ids[2], "0", &fence)]);
+    wait_pod_running(&cluster, &names[2]);
+
+    server.kill9();
+    server.resume();
+    wait_deleted(&cluster, &names[2..], "the running Pod of an ended attempt");
+    let deletes_of = |name: &str| {
+        let path = format!("/pods/{name}");
+        cluster.cluster.count_requests(&Method::DELETE, |p| {
+            p.split('?').next() == Some(&path[..]) || p.ends_with(&path)
+        })
+    };
+    for name in &names[..2] {
+        assert!(
+            cluster.cluster.pod(name).is_some(),
+            "{name}: a finished attempt's Pod within its retention was deleted at start"
+        );
+        assert_eq!(deletes_of(name), 0, "{name}");
+    }
+
+    // The same store, started with a retention the runs have outlived: their Pods go.
+    server.kill9();
+    // (Their runs ended more than the new retention ago.)
+    std::thread::sleep(Duration::from_millis(1500));
+    let server = cluster.serve_with(dir.path(), &["--log-retention", "1s"]);
+    wait_deleted(&cluster, &names[..2], "Pods past their retention");
+    drop(server);
+}
+
+/// With `kubernetes.callback_url`, a Pod step gets SCARAB_URL and its attempt's token:
+/// its outputs reach a later step, a superseded attempt's token gets 409 stale_fence, and
+/// a token stops working once its attempt has ended. Without it a Pod gets neither.
+#[test]
+fn a_pod_step_reports_outputs_through_the_callback_url_and_a_zombie_gets_409() {
+    let dir = common::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    cluster.cluster.kubelet().auto(true);
+    let callback = "http://scarab.scarab-system.svc:7300";
+    let server = cluster.serve_with(dir.path(), &["--kube-callback-url", callback]);
+    let env_of = |name: &str| -> std::collections::HashMap<String, String> {
+        let pod = cluster.cluster.pod(name).expect("pod");
+        pod.spec.expect("spec").containers[0]
+            .env
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| (v.name, v.value.unwrap_or_default()))
+            .collect()
+    };
+    let put = |id: &str, step: &str, token: &str, body: &str| {
+        common::agent()
+            .put(format!("{}/v1/runs/{id}/steps/{step}/outputs", server.url))
+            .header("Authorization", format!("Bearer {token}"))
+            .header("Content-Type", "application/json")
+            .send(body.as_bytes())
+            .map(|mut r| {
+                let status = r.status().as_u16();
+                let text = r.body_mut().read_to_string().unwrap_or_default();
+                (
+                    status,
+                    serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default(),
+                )
+            })
+            .expect("http")
+    };
+    let yaml = format!(
+        "name: o\nsteps:\n{}    retry: {{on: step, max: 1, backoff: {{initial: 10ms}}}}\n{}    needs: [build]\n    env: {{DIGEST: '${{steps.build.outputs.digest}}'}}\n",
+        kube_step("build", "sleep 30"),
+        kube_step("deploy", "sleep 30")
+    );
+    let id = server.submit(&yaml);
+    let name_of = |run: &serde_json::Value, step: usize, attempt: usize| {
+        let fence = attempts(run, step)[attempt]["fence"]
+            .as_u64()
+            .expect("fence");
+        format!("{id}-s{step}-f{fence}")
+    };
+    let run = server.wait_for(&id, WITHIN, |run| {
+        attempts(run, 0)
+            .first()
+            .is_some_and(|a| a["state"] == "running")
+    });
+    let first = name_of(&run, 0, 0);
+    wait_pod_running(&cluster, &first);
+    let env = env_of(&first);
+    assert_eq!(env.get("SCARAB_URL").map(String::as_str), Some(callback));
+    let stale = env.get("SCARAB_STEP_TOKEN").expect("a step token").clone();
+    // The first attempt fails; the retry's Pod reports the output.
+    cluster.cluster.kubelet().exit(&first, 1);
+    let run = server.wait_for(&id, WITHIN, |run| {
+        attempts(run, 0).len() == 2 && attempts(run, 0)[1]["state"] == "running"
+    });
+    let second = name_of(&run, 0, 1);
+    wait_pod_running(&cluster, &second);
+    let (status, body) = put(&id, "build", &stale, r#"{"digest": "from-a-zombie"}"#);
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"], "stale_fence");
+    assert_eq!(body["current"], attempts(&run, 0)[1]["fence"]);
+    let token = env_of(&second)["SCARAB_STEP_TOKEN"].clone();
+    assert_ne!(token, stale, "a token names one attempt");
+    let (status, body) = put(&id, "build", &token, r#"{"digest": "sha256:abc"}"#);
+    assert_eq!(status, 200, "{body}");
+    cluster.cluster.kubelet().exit(&second, 0);
+    let run = server.wait_for(&id, WITHIN, |run| {
+        attempts(run, 1)
+            .first()
+            .is_some_and(|a| a["state"] == "running")
+    });
+    let deploy = name_of(&run, 1, 0);
+    assert_eq!(
+        env_of(&deploy)["DIGEST"],
+        "sha256:abc",
+        "the output reached the later step"
+    );
+    // The build attempt has ended: its own token no longer writes.
+    let (status, body) = put(&id, "build", &token, r#"{"digest": "late"}"#);
+    assert_eq!(status, 409, "{body}");
+    wait_pod_running(&cluster, &deploy);
+    cluster.cluster.kubelet().exit(&deploy, 0);
+    let run = server.wait_terminal(&id, WITHIN);
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    assert_eq!(attempts(&run, 0)[1]["outputs"]["digest"], "sha256:abc");
+    assert!(
+        attempts(&run, 0)[0]["outputs"]
+            .as_object()
+            .is_none_or(|o| o.is_empty()),
+        "{run:#}"
+    );
+
+    // Without a callback URL a Pod gets neither the URL nor a token.
+    let other = common::tempdir().expect("tempdir");
+    let plain = cluster.serve(other.path());
+    let id = plain.submit(&format!("name: p\nsteps:\n{}", kube_step("a", "exit 0")));
+    let run = plain.wait_terminal(&id, WITHIN);
+    let env = env_of(&pod_name(&run, 0));
+    assert!(
+        !env.contains_key("SCARAB_URL") && !env.contains_key("SCARAB_STEP_TOKEN"),
+        "{env:?}"
+    );
+}

@@ -551,9 +551,6 @@ impl Executor for KubeExecutor {
         }
     }
 
-    /// One paged LIST of the managed Pods: each either belongs to an in-flight attempt
-    /// (run, step and fence all match) or is deleted — zombies of superseded attempts,
-    /// leftovers of finished ones, Pods of a newer lineage after a restore.
     fn fence_floor(&self) -> Option<Fence> {
         self.lock().fence_floor.take()
     }
@@ -566,10 +563,12 @@ impl Executor for KubeExecutor {
         &self,
         inflight: &[Adoption],
         minted_below: Fence,
+        retained: &crate::executor::Retained,
     ) -> Result<Option<Fence>, ExecutorError> {
         let wanted: HashSet<(RunId, usize, Fence)> =
             inflight.iter().map(|a| (a.run, a.step, a.fence)).collect();
-        match self.reconcile(&wanted, minted_below).await {
+        let retained = retained.clone();
+        match self.reconcile(&wanted, &retained, minted_below).await {
             Ok(highest) => Ok(highest),
             Err(error) => {
                 self.lock().unreconciled = true;
@@ -578,7 +577,7 @@ impl Executor for KubeExecutor {
                     let mut wait = Duration::from_secs(1);
                     loop {
                         tokio::time::sleep(wait).await;
-                        match me.reconcile(&wanted, minted_below).await {
+                        match me.reconcile(&wanted, &retained, minted_below).await {
                             Ok(highest) => {
                                 let mut state = me.lock();
                                 state.unreconciled = false;
@@ -618,19 +617,28 @@ fn earlier_pod_not_over(
         .take_while(|(name, _)| name.starts_with(&prefix));
     of_step.find_map(|(name, pod)| {
         let (run, pod_step, fence) = pod::identity(pod)?;
-        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        let over = matches!(phase, Some("Succeeded" | "Failed"));
+        let over = is_over(pod);
         (run == order.run && pod_step == step && fence < order.fence && !over).then(|| name.clone())
     })
 }
 
+/// The Pod's phase is terminal: its containers run nothing more.
+fn is_over(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    matches!(phase, Some("Succeeded" | "Failed"))
+}
+
 impl KubeExecutor {
-    /// One LIST of the managed Pods: those of in-flight attempts are kept for the watch,
-    /// the others deleted in the background (at most 16 at a time). The highest plausible
-    /// fence seen.
+    /// One paged LIST of the managed Pods. Those of in-flight attempts (run, step and
+    /// fence all match) are kept for the watch; so are the ended Pods of finished
+    /// attempts still within their retention (`retained`). The others are deleted in the
+    /// background (at most 16 at a time): Pods of attempts past their retention or that
+    /// this store does not know (a newer lineage after a restore), a Pod still running for
+    /// an attempt that has ended, and foreign zombies. The highest plausible fence seen.
     async fn reconcile(
         &self,
         wanted: &HashSet<(RunId, usize, Fence)>,
+        retained: &crate::executor::Retained,
         minted_below: Fence,
     ) -> Result<Option<Fence>, ExecutorError> {
         let mut stale = Vec::new();
@@ -652,10 +660,11 @@ impl KubeExecutor {
                 match pod::identity(found) {
                     Some(id @ (_, _, fence)) if fence.is_plausible(minted_below) => {
                         highest = highest.max(Some(fence));
-                        if wanted.contains(&id) {
+                        let (run, step, _) = id;
+                        if wanted.contains(&id) || (is_over(found) && retained(run, step, fence)) {
                             self.lock().pods.insert(name, found.clone());
                         } else {
-                            tracing::warn!(pod = %name, %fence, "deleting a Pod that belongs to no in-flight attempt");
+                            tracing::warn!(pod = %name, %fence, "deleting a Pod that belongs to no in-flight attempt and is not kept for retention");
                             stale.push(name);
                         }
                     }

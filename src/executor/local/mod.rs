@@ -436,6 +436,7 @@ impl Executor for LocalExecutor {
         &self,
         _inflight: &[Adoption],
         minted_below: Fence,
+        _retained: &super::Retained,
     ) -> Result<Option<Fence>, ExecutorError> {
         let mut highest = None;
         for fence in self.fences_on_disk()? {

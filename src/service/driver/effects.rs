@@ -241,16 +241,30 @@ impl<E: Executor> Driver<E> {
     }
 
     /// Local steps get the API's URL and their attempt's token, for `scarab output set`.
-    /// (A Pod cannot reach a loopback API; Pod steps get neither.)
+    /// Pod steps get them only with `kubernetes.callback_url` (the URL the cluster reaches
+    /// the API at; a Pod cannot reach a loopback one).
     pub(super) fn add_step_token(&self, order: &mut crate::engine::LaunchOrder) {
         let Some(tokens) = &self.settings.step_tokens else {
             return;
         };
-        if let crate::pipeline::StepAction::Local(command) = &mut order.action {
-            let token = tokens.token(order.run, order.step, order.fence);
-            command.env.push(("SCARAB_URL".into(), tokens.url.clone()));
-            command.env.push(("SCARAB_STEP_TOKEN".into(), token));
-        }
+        let (env, url) = match &mut order.action {
+            crate::pipeline::StepAction::Local(command) => (&mut command.env, &tokens.url),
+            crate::pipeline::StepAction::Kubernetes(template) => {
+                let Some(url) = self
+                    .settings
+                    .kubernetes
+                    .as_ref()
+                    .and_then(|k| k.callback_url.as_ref())
+                else {
+                    return;
+                };
+                (&mut template.env, url)
+            }
+            _ => return,
+        };
+        let token = tokens.token(order.run, order.step, order.fence);
+        env.push(("SCARAB_URL".into(), url.clone()));
+        env.push(("SCARAB_STEP_TOKEN".into(), token));
     }
 
     /// Webhook events for a run's state change, and the operator alert when it is

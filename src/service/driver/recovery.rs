@@ -33,6 +33,36 @@ impl<E: Executor> Driver<E> {
         Ok(driver)
     }
 
+    /// The executors' question at start: is this finished attempt's trace still within
+    /// its log retention? Yes while its run is in progress (an earlier attempt of a
+    /// retried step, a step before the current one) or ended less than
+    /// `engine.log_retention` ago; no for an attempt this store does not know. A store
+    /// that cannot be read answers yes: nothing is deleted on a guess.
+    fn retained(&self) -> crate::executor::Retained {
+        let store = self.store.clone();
+        let retention = self.settings.engine.log_retention;
+        Arc::new(move |run, step, fence| {
+            let stored = match store.read().and_then(|read| read.run(run)) {
+                Ok(stored) => stored,
+                Err(error) => {
+                    tracing::warn!(%run, %error, "cannot read a run to judge its retention: its traces are kept");
+                    return true;
+                }
+            };
+            let Some(stored) = stored else {
+                return false;
+            };
+            let known = stored
+                .steps
+                .get(step)
+                .is_some_and(|progress| progress.attempts.iter().any(|a| a.fence == fence));
+            let ended_at = stored.header.updated_at;
+            known
+                && (!stored.header.state.is_terminal()
+                    || ended_at.plus(retention).0 > clock::now().0)
+        })
+    }
+
     /// Loads every non-terminal run, lets the executor recover (stop foreign attempts,
     /// report the highest fence it holds) and raises the fence counter above it, all
     /// before anything new can be minted.
@@ -73,9 +103,10 @@ impl<E: Executor> Driver<E> {
         self.scheduler = Scheduler::new(self.settings.live().admission.clone());
         self.scheduler.sync_all(self.runs.values());
         let inflight = self.in_flight(|_| true);
+        let retained = self.retained();
         match self
             .executor
-            .recover(&inflight, crate::engine::Fence(stored_next))
+            .recover(&inflight, crate::engine::Fence(stored_next), &retained)
             .await
         {
             Ok(Some(seen)) => {
