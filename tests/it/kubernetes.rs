@@ -1608,3 +1608,75 @@ fn a_pod_step_reports_outputs_through_the_callback_url_and_a_zombie_gets_409() {
         "{env:?}"
     );
 }
+
+/// A restart finds an ended attempt's Pod still running (something recreated it): the
+/// start deletes it, and the step's retry, due meanwhile, is created only once that Pod
+/// is gone.
+#[test]
+fn a_retry_after_a_restart_waits_for_a_stale_pod_of_its_step_to_be_gone() {
+    let dir = common::tempdir().expect("tempdir");
+    let cluster = Cluster::start();
+    let kubelet = cluster.cluster.kubelet();
+    kubelet.auto(true);
+    cluster.cluster.set_history_limit(100_000);
+    let mut server = cluster.serve(dir.path());
+    let id = server.submit(&format!(
+        "name: k\nsteps:\n{}    retry: {{on: step, max: 1, backoff: {{initial: 1s, max: 1s}}}}\n",
+        kube_step("a", "sleep 30")
+    ));
+    let run = server.wait_for(&id, WITHIN, |run| {
+        attempts(run, 0)
+            .first()
+            .is_some_and(|a| a["state"] == "running")
+    });
+    let first = pod_name(&run, 0);
+    wait_pod_running(&cluster, &first);
+    kubelet.exit(&first, 1);
+    server.wait_for(&id, WITHIN, |run| {
+        attempts(run, 0)
+            .first()
+            .is_some_and(|a| a["class"] == "step")
+    });
+    // Scarab dies during the retry's back-off; the first Pod comes back, running; Scarab
+    // starts after the back-off, so the retry is due at once; deleting the stale Pod
+    // takes the kubelet 3 s.
+    server.kill9();
+    kubelet.remove(&first);
+    let fence = fences(&run, 0)[0].to_string();
+    create_pods(&cluster, &[managed_pod(&first, &id, "0", &fence)]);
+    wait_pod_running(&cluster, &first);
+    kubelet.set_termination(k8s_api::Termination::Graceful {
+        after: Duration::from_secs(3),
+        exit_code: 143,
+    });
+    std::thread::sleep(Duration::from_millis(1200));
+    server.resume();
+    let run = server.wait_for(&id, WITHIN, |run| attempts(run, 0).len() == 2);
+    let second = format!("{id}-s0-f{}", attempts(&run, 0)[1]["fence"]);
+    // The recreated Pod's deletion: the first DELETED after its (last) ADDED.
+    let deadline = std::time::Instant::now() + WITHIN;
+    let (deleted, added, events) = loop {
+        let events = cluster.cluster.events();
+        let recreated = events
+            .iter()
+            .rposition(|(k, n)| *k == "ADDED" && *n == first)
+            .expect("the recreated Pod");
+        let deleted = events
+            .iter()
+            .skip(recreated)
+            .position(|(k, n)| *k == "DELETED" && *n == first)
+            .map(|i| i + recreated);
+        let added = events
+            .iter()
+            .position(|(k, n)| *k == "ADDED" && *n == second);
+        if let (Some(deleted), Some(added)) = (deleted, added) {
+            break (deleted, added, events);
+        }
+        assert!(std::time::Instant::now() < deadline, "events: {events:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        deleted < added,
+        "the retry's Pod was created while the stale one still ran: {events:?}"
+    );
+}

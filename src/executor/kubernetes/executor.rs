@@ -59,9 +59,9 @@ struct State {
     /// The start-up reconciliation (foreign Pods deleted, fences counted) is still to
     /// succeed: it retries in the background, and no Pod is created meanwhile.
     unreconciled: bool,
-    /// Stale Pods found at start and not deleted yet: no launch creates (or adopts) a
-    /// Pod of that name until it is gone.
-    zombies: HashSet<String>,
+    /// Stale Pods found at start and not deleted yet, by name: no launch of their step
+    /// creates (or adopts) a Pod until they are gone, since one may still run.
+    zombies: std::collections::BTreeSet<String>,
     /// The highest fence a background reconciliation found, for the driver.
     fence_floor: Option<Fence>,
 }
@@ -379,9 +379,15 @@ impl Executor for KubeExecutor {
                     "the start-up reconciliation with the cluster has not succeeded yet".into(),
                 ));
             }
-            if state.zombies.contains(&name) {
+            let prefix = pod::step_prefix(order.run, usize::from(order.step));
+            if let Some(stale) = state
+                .zombies
+                .range(prefix.clone()..)
+                .next()
+                .filter(|stale| stale.starts_with(&prefix))
+            {
                 return Err(ExecutorError::Unavailable(format!(
-                    "a stale Pod named {name} is being deleted"
+                    "a stale Pod of this step, {stale}, is being deleted"
                 )));
             }
             if let Some(previous) = earlier_pod_not_over(&state.pods, order) {
