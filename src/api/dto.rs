@@ -445,6 +445,13 @@ pub struct CancelAnswer {
     pub cancel: &'static str,
 }
 
+/// A retry of a finished run: the steps that start a fresh try, in pipeline order.
+#[derive(Serialize)]
+pub struct RetryAnswer {
+    pub id: String,
+    pub steps: Vec<String>,
+}
+
 /// A requeue of a quarantined run (`id` a run id) or of a dead letter (a message id).
 #[derive(Serialize)]
 pub struct RequeueAnswer<Id: Serialize> {

@@ -139,7 +139,7 @@ impl Refusal for SubmitRejected {
 impl Refusal for RunRejected {
     fn status(&self) -> StatusCode {
         match self {
-            RunRejected::NotFound(_) => StatusCode::NOT_FOUND,
+            RunRejected::NotFound(_) | RunRejected::StepNotFound { .. } => StatusCode::NOT_FOUND,
             RunRejected::Rejected(_) => StatusCode::CONFLICT,
         }
     }

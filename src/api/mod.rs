@@ -41,6 +41,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/runs/{id}/history", get(history))
         .route("/runs/{id}/cancel", post(cancel))
         .route("/runs/{id}/requeue", post(release_run))
+        .route("/runs/{id}/retry", post(retry_run))
         .route("/runs/{id}/discard", post(discard_run))
         .route("/runs/{id}/gates/{step}/approve", post(approve_gate))
         .route("/runs/{id}/gates/{step}/reject", post(reject_gate))
@@ -768,18 +769,7 @@ async fn cancel(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let run = parse_run_id(&id)?;
-    let body = body.map_err(|r| ApiError::new(r.status(), r.body_text()))?;
-    let body: CancelBody = if body.iter().all(u8::is_ascii_whitespace) {
-        CancelBody::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| {
-            ApiError::field(
-                StatusCode::BAD_REQUEST,
-                "body",
-                format!("invalid JSON: {e}"),
-            )
-        })?
-    };
+    let body: CancelBody = optional_json(body)?;
     let by = audit_by(&caller, body.by.as_deref())?;
     state.service.cancel(run, by).await?;
     Ok((
@@ -830,6 +820,36 @@ async fn backup(State(state): State<ApiState>) -> Result<Response, ApiError> {
 }
 
 /// Release a quarantined run for a fresh try.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RetryBody {
+    /// Re-run this step and everything downstream of it, even if they succeeded.
+    from: Option<String>,
+    by: Option<String>,
+}
+
+/// Re-run a finished run: its unsucceeded steps (and with `from`, that step and what
+/// follows it) start a fresh try in one transaction.
+async fn retry_run(
+    State(state): State<ApiState>,
+    Extension(caller): Extension<auth::Caller>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let run = parse_run_id(&id)?;
+    let body: RetryBody = optional_json(body)?;
+    let by = audit_by(&caller, body.by.as_deref())?;
+    let steps = state.service.retry(run, body.from, by).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(dto::RetryAnswer {
+            id: run.to_string(),
+            steps,
+        }),
+    )
+        .into_response())
+}
+
 async fn release_run(
     State(state): State<ApiState>,
     Extension(caller): Extension<auth::Caller>,
@@ -1181,9 +1201,16 @@ impl DlqAction {
 }
 
 fn dlq_action(body: Result<Bytes, BytesRejection>) -> Result<DlqAction, ApiError> {
+    optional_json(body)
+}
+
+/// An operator action's body: JSON, or empty (or blank) for all defaults.
+fn optional_json<T: serde::de::DeserializeOwned + Default>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
     let body = body.map_err(|r| ApiError::new(r.status(), r.body_text()))?;
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(DlqAction::default());
+        return Ok(T::default());
     }
     serde_json::from_slice(&body).map_err(|e| {
         ApiError::field(

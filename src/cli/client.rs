@@ -419,6 +419,35 @@ pub fn cancel(args: &ClientArgs, run: &str) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `scarab retry RUN [--from STEP]`: prints the steps that start over.
+pub fn retry(args: &ClientArgs, run: &str, from: Option<&str>) -> anyhow::Result<ExitCode> {
+    let client = Client::new(args)?;
+    let body = serde_json::json!({"by": "cli", "from": from});
+    let answer = client.post(
+        &format!("/v1/runs/{run}/retry"),
+        "application/json",
+        body.to_string().as_bytes(),
+        &[],
+    )?;
+    if !answer.ok() {
+        return fail(&answer);
+    }
+    let json = answer.json()?;
+    match args.output {
+        Output::Json => print_json(&json)?,
+        Output::Table => {
+            let steps: Vec<&str> = json["steps"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.as_str())
+                .collect();
+            println!("retrying {run}: {}", steps.join(", "));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// The WHY of a run for people: its failure category, and where the auto-retry sweep
 /// stands ("auto-retrying (1/2)", "quarantined: …").
 fn why(run: &serde_json::Value) -> String {

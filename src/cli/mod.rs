@@ -606,6 +606,17 @@ enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// Re-run a finished run: its steps that did not succeed start a fresh try (new
+    /// attempts, new fences); succeeded steps keep their attempts and outputs.
+    Retry {
+        run: String,
+        /// Also re-run this step and every step downstream of it, even if they succeeded
+        /// (allowed on a succeeded run too).
+        #[arg(long, value_name = "STEP")]
+        from: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     /// Cancel a run: running steps are stopped, pending ones never start.
     Cancel {
         run: String,
@@ -789,6 +800,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             client,
         } => client::logs(&client, &run, &step, &stream, attempt, follow),
         Command::Cancel { run, client } => client::cancel(&client, &run),
+        Command::Retry { run, from, client } => client::retry(&client, &run, from.as_deref()),
         Command::Backup { out, client } => client::backup(&client, &out),
         Command::Restore { file, state_dir } => restore(&file, &state_dir),
         Command::Requeue { run, client } => client::run_action(&client, &run, "requeue", None),

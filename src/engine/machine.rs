@@ -1,6 +1,7 @@
 //! The state machine: submit, launch confirmation, verdicts, timers and cancel.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::admission::Admission;
 use super::retry::{self, Decision};
@@ -41,6 +42,9 @@ pub enum RejectedInput {
     /// Only quarantine and discard apply to a run whose pipeline no longer restores.
     #[error("the run's pipeline cannot be restored")]
     NeedsPipeline,
+    /// A retry of a run that is still in progress, or that succeeded with no `from`.
+    #[error("{0}")]
+    NothingToRetry(String),
 }
 
 /// The step reason of a gate that was rejected.
@@ -162,6 +166,7 @@ impl Engine {
                 comment,
             } => on_decide(run, step, approve, by, caller, comment, now, &mut effects)?,
             Input::Resubmit { by, next_at } => on_resubmit(run, by, next_at, now, &mut effects)?,
+            Input::Retry { by, from } => on_retry(run, by, from, now, &mut effects)?,
             Input::Quarantine { reason } => on_quarantine(&mut run.header, reason, &mut effects)?,
             Input::Discard { by, reason } => on_discard(&mut run.header, by, reason, &mut effects)?,
             Input::Cancel { by, reason } => on_cancel(run, by, reason, now, &mut effects)?,
@@ -1193,6 +1198,93 @@ fn on_budget(run: &mut Run, now: Timestamp, effects: &mut Effects) {
             | StepState::Cancelled => {}
         }
     }
+}
+
+// --- Re-run: an operator's retry ----------------------------------------------------------
+
+/// The steps a retry starts over, in pipeline order: those that did not succeed and,
+/// with `from`, that step and every step that needs it, directly or not. Empty for a
+/// succeeded run without `from`.
+pub fn retry_plan(run: &Run, from: Option<usize>) -> Vec<usize> {
+    let steps = &run.pipeline.steps;
+    let mut again: Vec<bool> = run
+        .steps
+        .iter()
+        .map(|s| s.state != StepState::Succeeded)
+        .collect();
+    if let Some(from) = from.filter(|&f| f < steps.len()) {
+        let mut downstream = vec![false; steps.len()];
+        downstream[from] = true;
+        // `needs` may point either way in the file: repeat until nothing changes (at most
+        // one pass per step, as the graph has no cycles).
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for (index, step) in steps.iter().enumerate() {
+                if !downstream[index] && step.needs.iter().any(|&n| downstream[n]) {
+                    downstream[index] = true;
+                    changed = true;
+                }
+            }
+        }
+        for (index, is_downstream) in downstream.into_iter().enumerate() {
+            again[index] |= is_downstream;
+        }
+    }
+    (0..again.len()).filter(|&i| again[i]).collect()
+}
+
+/// A fresh try of the steps `retry_plan` names: their earlier attempts stay (before
+/// `try_start`), a gate opens again, the run is queued again with any cancel request
+/// and quarantine cleared and, if its budget ran out, a fresh budget; `advance` mints
+/// the new attempts with new fences in this same transaction.
+fn on_retry(
+    run: &mut Run,
+    by: String,
+    from: Option<usize>,
+    now: Timestamp,
+    effects: &mut Effects,
+) -> Result<(), RejectedInput> {
+    let state = run.header.state;
+    if !state.is_terminal() {
+        return Err(RejectedInput::NothingToRetry(format!(
+            "run is {}: only a finished run can be retried (cancel it first)",
+            state.as_str()
+        )));
+    }
+    if let Some(from) = from
+        && from >= run.steps.len()
+    {
+        return Err(RejectedInput::NoSuchStep(from));
+    }
+    let steps = retry_plan(run, from);
+    if steps.is_empty() {
+        return Err(RejectedInput::NothingToRetry(format!(
+            "run {}: every step succeeded; name a step to re-run it and what follows it",
+            state.as_str()
+        )));
+    }
+    for &step in &steps {
+        let progress = &mut run.steps[step];
+        progress.try_start = progress.attempts.len();
+        progress.gate = None;
+        set_step_state(run, step, StepState::Pending, effects);
+    }
+    run.header.cancel = None;
+    run.header.auto_retry.quarantined = None;
+    if let Some(clock) = run.header.budget.as_mut()
+        && clock.exceeded_at.is_some()
+    {
+        *clock = BudgetClock {
+            active_since: None,
+            due: None,
+            ..BudgetClock::new(Duration::from_millis(clock.limit_ms), now)
+        };
+    }
+    effects.events.push(Event::Retried { by, from, steps });
+    set_run_state(run, RunState::Queued, effects);
+    resume_budget(run, now, effects);
+    Ok(())
 }
 
 // --- Auto-retry: resubmit, quarantine, discard -------------------------------------------

@@ -27,7 +27,9 @@ use std::time::Duration;
 pub use admission::{Admission, Unlimited};
 pub use auto_retry::{AutoRetrySettings, Eligibility, SkipReason, eligibility};
 pub use ids::{Fence, FenceCounter, RunId, Timestamp};
-pub use machine::{BUDGET_EXCEEDED, Engine, GATE_EXPIRED, GATE_REJECTED, RejectedInput, SYSTEM};
+pub use machine::{
+    BUDGET_EXCEEDED, Engine, GATE_EXPIRED, GATE_REJECTED, RejectedInput, SYSTEM, retry_plan,
+};
 pub use run_failure::{FailureClassification, classify_run};
 pub use state::{
     Attempt, AttemptState, AutoRetryState, BudgetClock, CancelRequest, GateDecision, GateOutcome,
@@ -116,6 +118,13 @@ pub enum Input {
         by: String,
         next_at: Timestamp,
     },
+    /// An operator re-runs a finished run: its steps that did not succeed, and with
+    /// `from` that step and every step downstream of it, start a fresh try with new
+    /// attempts and fences; succeeded steps keep their attempts and outputs.
+    Retry {
+        by: String,
+        from: Option<usize>,
+    },
     /// Set a dead-lettered run aside: the sweep will not touch it again.
     Quarantine {
         reason: String,
@@ -152,6 +161,7 @@ impl Input {
             Input::TimerFired(timer) => timer.step(),
             Input::Cancel { .. }
             | Input::Resubmit { .. }
+            | Input::Retry { .. }
             | Input::Quarantine { .. }
             | Input::Discard { .. } => None,
         }
@@ -303,6 +313,12 @@ pub enum Event {
     },
     AutoRetryQuarantined {
         reason: String,
+    },
+    /// An operator's re-run: these steps start a fresh try.
+    Retried {
+        by: String,
+        from: Option<usize>,
+        steps: Vec<usize>,
     },
     QuarantineDiscarded {
         by: String,

@@ -768,3 +768,131 @@ fn a_run_id_has_one_spelling() {
         assert!(other.parse::<RunId>().is_err(), "{other}");
     }
 }
+
+/// A four-step chain a → b → c → d failed at c: a retry starts c and d over with new,
+/// higher fences, a and b keep their one attempt; `from: b` also re-runs b; a run in
+/// progress, and a succeeded run without `from`, are refused with nothing changed.
+#[test]
+fn a_retry_starts_over_what_did_not_succeed_and_from_a_step_what_follows_it() {
+    let chain = || {
+        vec![
+            step("a", &[], None),
+            step("b", &[0], None),
+            step("c", &[1], None),
+            step("d", &[2], None),
+        ]
+    };
+    let mut sim = Sim::new(chain());
+    let refused = sim.engine.handle(
+        &mut sim.run,
+        &mut sim.fences,
+        &mut crate::engine::Unlimited,
+        Input::Retry {
+            by: "op".into(),
+            from: None,
+        },
+        sim.now,
+    );
+    assert!(
+        matches!(refused, Err(RejectedInput::NothingToRetry(ref m)) if m.contains("queued")),
+        "{refused:?}"
+    );
+    sim.finish(0, Outcome::Succeeded);
+    sim.finish(1, Outcome::Succeeded);
+    let failed_fence = sim.current_fence(2);
+    sim.finish(2, Outcome::Failed(FailureClass::Step));
+    assert_eq!(sim.run.header.state, RunState::Failed);
+    assert_eq!(sim.run.steps[3].state, StepState::Skipped);
+    assert_eq!(retry_plan(&sim.run, None), vec![2, 3]);
+    assert_eq!(retry_plan(&sim.run, Some(1)), vec![1, 2, 3]);
+
+    let effects = sim.input(Input::Retry {
+        by: "op".into(),
+        from: None,
+    });
+    assert!(effects.events.iter().any(|e| matches!(
+        e,
+        Event::Retried { from: None, steps, .. } if *steps == vec![2, 3]
+    )));
+    assert_eq!(sim.run.header.state, RunState::Queued);
+    assert_eq!(sim.run.steps[0].attempts.len(), 1);
+    assert_eq!(sim.run.steps[1].attempts.len(), 1);
+    assert_eq!(
+        sim.run.steps[2].try_start, 1,
+        "the failed attempt is an earlier one"
+    );
+    assert!(sim.current_fence(2) > failed_fence, "a new, higher fence");
+    assert!(sim.run.steps[3].current_try().is_empty(), "d waits for c");
+    sim.finish(2, Outcome::Succeeded);
+    sim.finish(3, Outcome::Succeeded);
+    assert_eq!(sim.run.header.state, RunState::Succeeded);
+    assert_eq!(sim.run.steps[2].attempts.len(), 2);
+
+    // A succeeded run: nothing to retry unless a step is named.
+    let refused = sim.engine.handle(
+        &mut sim.run,
+        &mut sim.fences,
+        &mut crate::engine::Unlimited,
+        Input::Retry {
+            by: "op".into(),
+            from: None,
+        },
+        sim.now,
+    );
+    assert!(
+        matches!(refused, Err(RejectedInput::NothingToRetry(_))),
+        "{refused:?}"
+    );
+    assert_eq!(sim.run.header.state, RunState::Succeeded, "nothing changed");
+    let before = sim.current_fence(3);
+    sim.input(Input::Retry {
+        by: "op".into(),
+        from: Some(1),
+    });
+    assert_eq!(sim.run.steps[0].attempts.len(), 1, "a is upstream: kept");
+    assert_eq!(sim.run.steps[1].try_start, 1);
+    assert!(sim.current_fence(1) > before);
+    for step in 1..4 {
+        sim.finish(step, Outcome::Succeeded);
+    }
+    assert_eq!(sim.run.header.state, RunState::Succeeded);
+    assert_eq!(
+        sim.run
+            .steps
+            .iter()
+            .map(|s| s.attempts.len())
+            .collect::<Vec<_>>(),
+        vec![1, 2, 3, 2]
+    );
+}
+
+/// A cancelled run retried: the cancel request is cleared, so the new try runs.
+#[test]
+fn a_retried_cancelled_run_runs_again() {
+    let mut sim = Sim::new(vec![step("a", &[], None), step("b", &[0], None)]);
+    sim.finish(0, Outcome::Succeeded);
+    sim.input(Input::Cancel {
+        by: "op".into(),
+        reason: None,
+    });
+    let fence = sim.current_fence(1);
+    sim.input(Input::Verdict {
+        step: 1,
+        fence,
+        verdict: verdict(Outcome::Stopped),
+    });
+    assert_eq!(
+        sim.run.header.state,
+        RunState::Cancelled,
+        "{:?}",
+        sim.run.steps
+    );
+    sim.input(Input::Retry {
+        by: "op".into(),
+        from: None,
+    });
+    assert!(sim.run.header.cancel.is_none());
+    assert_eq!(sim.run.steps[0].attempts.len(), 1);
+    sim.finish(1, Outcome::Succeeded);
+    assert_eq!(sim.run.header.state, RunState::Succeeded);
+}

@@ -122,6 +122,11 @@ fn render(header: &RunHeader, run: Option<&Run>, event: &Event, at: Timestamp) -
             "auto_retry_scheduled",
             json!({"attempt": attempt, "by": by, "next_eligible_at": clock::rfc3339(*next_at)}),
         ),
+        Event::Retried { by, from, steps } => (
+            "retried",
+            json!({"by": by, "from": from.map(|s| name(&s)),
+                   "steps": steps.iter().map(name).collect::<Vec<_>>()}),
+        ),
         Event::AutoRetryQuarantined { reason } => {
             ("auto_retry_quarantined", json!({"reason": reason}))
         }

@@ -617,6 +617,23 @@ impl Service {
     }
 
     /// Releases a quarantined run for a fresh try.
+    /// Re-runs a finished run: its steps that did not succeed and, with `from`, that step
+    /// and everything downstream of it. The names of the steps that start over.
+    pub async fn retry(
+        &self,
+        run: RunId,
+        from: Option<String>,
+        by: String,
+    ) -> Result<Vec<String>, RunActionError> {
+        self.request(|reply| Command::Retry {
+            run,
+            from,
+            by,
+            reply,
+        })
+        .await
+    }
+
     pub async fn release(&self, run: RunId, by: String) -> Result<(), RunActionError> {
         self.request(|reply| Command::Release { run, by, reply })
             .await

@@ -66,6 +66,8 @@ pub enum OutputRejected {
 pub enum RunRejected {
     #[error("run {0} not found")]
     NotFound(RunId),
+    #[error("run {run} has no step {step:?}")]
+    StepNotFound { run: RunId, step: String },
     #[error("{0}")]
     Rejected(String),
 }
@@ -166,6 +168,14 @@ pub enum Command {
     Sweep {
         candidates: Vec<(Timestamp, RunId)>,
         reply: oneshot::Sender<sweep::PassOutcome>,
+    },
+    /// An operator re-runs a finished run (`from`: a step name); answers the names of the
+    /// steps that start over.
+    Retry {
+        run: RunId,
+        from: Option<String>,
+        by: String,
+        reply: Answer<Vec<String>, RunRejected>,
     },
     /// An operator releases a quarantined run: a fresh try, like a sweep's resubmit.
     Release {

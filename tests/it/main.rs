@@ -20,6 +20,7 @@ mod k8s_api_server;
 mod kubernetes;
 mod local_executor;
 mod openapi;
+mod operations;
 mod outputs;
 mod retry_matrix;
 mod schema;

@@ -89,6 +89,15 @@ impl<E: Executor> Driver<E> {
                     });
                 }));
             }
+            Command::Retry {
+                run,
+                from,
+                by,
+                reply,
+            } => {
+                let result = self.retry(tx, run, from, by, now, batch)?;
+                batch.replies.push(answer(reply, result));
+            }
             Command::Release { run, by, reply } => {
                 let result = self.release(tx, run, by, now, batch)?;
                 batch.replies.push(answer(reply, result));
@@ -255,6 +264,42 @@ impl<E: Executor> Driver<E> {
         Ok(self
             .apply_input(tx, id, input, now, batch)?
             .map_err(|rejected| RunRejected::Rejected(rejected.to_string())))
+    }
+
+    /// An operator's re-run of a finished run, `from` a step by name.
+    pub(super) fn retry(
+        &mut self,
+        tx: &mut WriteTx,
+        id: RunId,
+        from: Option<String>,
+        by: String,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<Result<Vec<String>, RunRejected>, StoreError> {
+        match self.load(tx, id)? {
+            None => return Ok(Err(RunRejected::NotFound(id))),
+            Some(Err(error)) => {
+                return Ok(Err(RunRejected::Rejected(format!(
+                    "run {id} cannot be restored: {error}"
+                ))));
+            }
+            Some(Ok(())) => {}
+        }
+        let run = &self.runs[&id];
+        let from = match from {
+            None => None,
+            Some(step) => match run.pipeline.step_index(&step) {
+                Some(index) => Some(index),
+                None => return Ok(Err(RunRejected::StepNotFound { run: id, step })),
+            },
+        };
+        let names: Vec<String> = crate::engine::retry_plan(run, from)
+            .into_iter()
+            .map(|step| run.pipeline.steps[step].name.clone())
+            .collect();
+        Ok(self
+            .run_action(tx, id, Input::Retry { by, from }, now, batch)?
+            .map(|()| names))
     }
 
     /// An operator discards a quarantined run; one whose pipeline no longer restores is

@@ -1,0 +1,115 @@
+//! Day-to-day operation through the real binary: re-running a finished run.
+
+use crate::common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{BIN, Server, attempts, fences};
+
+const WITHIN: Duration = Duration::from_secs(60);
+
+/// `scarab retry RUN [--from STEP]` as a person would type it: (exit code, stdout, stderr).
+fn retry(server: &Server, id: &str, from: Option<&str>) -> (i32, String, String) {
+    let mut command = Command::new(BIN);
+    command.args(["retry", id, "--url", &server.url, "--token", &server.token]);
+    if let Some(from) = from {
+        command.args(["--from", from]);
+    }
+    let output = command.output().expect("scarab retry");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).to_string(),
+        String::from_utf8_lossy(&output.stderr).to_string(),
+    )
+}
+
+/// A chain a → b → c → d fails at c (c needs a file that is not there yet). A retry
+/// runs c and d again with new, higher fences while a and b keep their one attempt, and
+/// the run succeeds; `--from b` then re-runs b, c and d of the succeeded run. A run in
+/// progress and an unknown step are refused, with nothing changed.
+#[test]
+fn a_run_failed_at_step_3_of_4_is_retried_and_from_a_step_re_runs_what_follows() {
+    let dir = common::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("state"));
+    let marker = dir.path().join("ready");
+    let yaml = format!(
+        "name: chain\nsteps:\n  - name: a\n    run: [sh, -c, 'echo a']\n  - name: b\n    needs: [a]\n    run: [sh, -c, 'echo b']\n  - name: c\n    needs: [b]\n    run: [test, -f, '{}']\n  - name: d\n    needs: [c]\n    run: [sh, -c, 'echo d']\n",
+        marker.display()
+    );
+    let id = server.submit(&yaml);
+    let failed = server.wait_terminal(&id, WITHIN);
+    assert_eq!(failed["state"], "failed", "{failed:#}");
+    assert_eq!(failed["steps"][3]["state"], "skipped");
+
+    std::fs::write(&marker, "").expect("marker");
+    let (code, stdout, stderr) = retry(&server, &id, None);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.trim(), format!("retrying {id}: c, d"));
+    let run = server.wait_terminal(&id, WITHIN);
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    for step in [0, 1] {
+        assert_eq!(
+            fences(&run, step),
+            fences(&failed, step),
+            "step {step} kept"
+        );
+        assert_eq!(run["steps"][step]["earlier_attempts"], 0);
+    }
+    assert_eq!(run["steps"][2]["earlier_attempts"], 1);
+    assert!(
+        fences(&run, 2)[0] > fences(&failed, 2)[0],
+        "a new, higher fence"
+    );
+    assert!(fences(&run, 3)[0] > fences(&run, 2)[0]);
+    assert!(
+        server.history_kinds(&id).contains(&"retried".to_string()),
+        "the history records the retry"
+    );
+
+    // Nothing to retry in a succeeded run unless a step is named.
+    let (code, _, stderr) = retry(&server, &id, None);
+    assert_eq!(code, 2, "refused: {stderr}");
+    let (code, _, stderr) = retry(&server, &id, Some("nope"));
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("nope"), "{stderr}");
+    let unchanged = server.run(&id);
+    assert_eq!(unchanged["state"], "succeeded");
+
+    let (code, stdout, stderr) = retry(&server, &id, Some("b"));
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.trim(), format!("retrying {id}: b, c, d"));
+    let again = server.wait_terminal(&id, WITHIN);
+    assert_eq!(again["state"], "succeeded", "{again:#}");
+    assert_eq!(
+        fences(&again, 0),
+        fences(&run, 0),
+        "a is upstream of b: kept"
+    );
+    assert_eq!(again["steps"][0]["earlier_attempts"], 0);
+    for step in [1, 2, 3] {
+        assert!(fences(&again, step)[0] > fences(&run, 3)[0], "step {step}");
+        assert_eq!(
+            attempts(&again, step).len(),
+            1,
+            "step {step}: the current try"
+        );
+    }
+
+    // A run in progress cannot be retried.
+    let busy = server.submit("name: busy\nsteps:\n  - name: s\n    run: [sleep, '30']\n");
+    server.wait_for(&busy, WITHIN, |run| {
+        attempts(run, 0)
+            .first()
+            .is_some_and(|a| a["state"] == "running")
+    });
+    let (status, body) =
+        server.post_json(&format!("/v1/runs/{busy}/retry"), &serde_json::json!({}));
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("running")),
+        "{body}"
+    );
+}
