@@ -47,6 +47,16 @@ pub fn escape(value: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Whether `text` fits `max_bytes` counted as if every character were as wide in UTF-8
+/// as its widest one: at most `max_bytes / widest` characters. Never more than
+/// `max_bytes` bytes, and exactly what a JSON Schema can state per character width
+/// (`maxLength` counts characters), so the API and its OpenAPI document agree on every
+/// string.
+pub fn fits(text: &str, max_bytes: usize) -> bool {
+    let widest = text.chars().map(char::len_utf8).max().unwrap_or(1);
+    text.chars().count() <= max_bytes / widest
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -68,5 +78,18 @@ mod tests {
         assert_eq!(escape("ok"), "ok");
         assert_eq!(escape("a\u{1b}[2J"), "a\\u{001B}[2J");
         assert_eq!(escape("x\u{202E}y"), "x\\u{202E}y");
+    }
+
+    #[test]
+    fn fits_counts_every_character_as_wide_as_the_widest() {
+        assert!(fits(&"a".repeat(100), 100));
+        assert!(!fits(&"a".repeat(101), 100));
+        assert!(fits(&"é".repeat(50), 100));
+        assert!(!fits(&"é".repeat(51), 100));
+        // 60 ASCII and one 4-byte character: 64 bytes, but 61 characters > 100 / 4.
+        let mixed = format!("{}😍", "a".repeat(60));
+        assert!(!fits(&mixed, 100));
+        assert!(fits(&format!("{}😍", "a".repeat(24)), 100));
+        assert!(fits("", 100));
     }
 }

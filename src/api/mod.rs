@@ -285,9 +285,9 @@ fn audit_by(caller: &auth::Caller, given: Option<&str>) -> Result<String, ApiErr
     if given.is_empty() {
         return Err(bad("must not be empty".into()));
     }
-    if given.len() > limits::ORIGIN_MAX_BYTES {
+    if !crate::text::fits(given, limits::ORIGIN_MAX_BYTES) {
         return Err(bad(format!(
-            "must be at most {} bytes",
+            "must be at most {} bytes, counting every character as wide as the widest",
             limits::ORIGIN_MAX_BYTES
         )));
     }
@@ -946,12 +946,15 @@ async fn decide_gate(
             .map_err(|problem| ApiError::field(StatusCode::BAD_REQUEST, "comment", problem))?;
     }
     if let Some(comment) = &body.comment
-        && comment.len() > limits::GATE_COMMENT_MAX_BYTES
+        && !crate::text::fits(comment, limits::GATE_COMMENT_MAX_BYTES)
     {
         return Err(ApiError::field(
             StatusCode::BAD_REQUEST,
             "comment",
-            format!("must be at most {} bytes", limits::GATE_COMMENT_MAX_BYTES),
+            format!(
+                "must be at most {} bytes, counting every character as wide as the widest",
+                limits::GATE_COMMENT_MAX_BYTES
+            ),
         ));
     }
     let decided = state
@@ -1211,6 +1214,14 @@ fn optional_json<T: serde::de::DeserializeOwned + Default>(
     let body = body.map_err(|r| ApiError::new(r.status(), r.body_text()))?;
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
+    }
+    // An object, not the array form serde would also take for a struct.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::field(
+            StatusCode::BAD_REQUEST,
+            "body",
+            "must be a JSON object",
+        ));
     }
     serde_json::from_slice(&body).map_err(|e| {
         ApiError::field(

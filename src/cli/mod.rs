@@ -499,6 +499,13 @@ enum Command {
     Validate { file: PathBuf },
     /// Print the pipeline format's JSON Schema.
     Schema,
+    /// Print this build's version, the commit it was built from, and the store formats it
+    /// writes and reads.
+    Version {
+        /// Output format.
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
     /// Judge a Pod (`kubectl get pod NAME -o json` or `-o yaml`; `-` reads stdin) exactly
     /// as the Kubernetes executor would. Exits 2 when the input is not a Pod.
     ExplainPod {
@@ -761,6 +768,10 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             container.as_deref(),
             matches!(output, Output::Json),
         ),
+        Command::Version { output } => {
+            version(output);
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Schema => {
             println!(
                 "{}",
@@ -1052,4 +1063,34 @@ async fn run_in_process(
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `scarab version`: what a bug report and an upgrade plan need.
+fn version(output: Output) {
+    let version = env!("CARGO_PKG_VERSION");
+    let commit = env!("SCARAB_BUILD_COMMIT");
+    let schema = crate::store::SCHEMA_VERSION;
+    let format = crate::store::codec::FORMAT_VERSION;
+    let readable = crate::store::codec::READABLE_FORMATS;
+    match output {
+        Output::Json => println!(
+            "{}",
+            serde_json::json!({
+                "version": version,
+                "commit": commit,
+                "store_schema": schema,
+                "record_format": format,
+                "readable_record_formats": readable,
+            })
+        ),
+        Output::Table => {
+            let readable: Vec<String> = readable.iter().map(u8::to_string).collect();
+            println!("scarab {version}");
+            println!("commit {commit}");
+            println!(
+                "store schema {schema}, record format {format} (reads formats {})",
+                readable.join(", ")
+            );
+        }
+    }
 }

@@ -91,18 +91,20 @@ impl Sim {
     }
 
     fn input(&mut self, input: Input) -> Effects {
-        let effects = self
-            .engine
-            .handle(
-                &mut self.run,
-                &mut self.fences,
-                &mut crate::engine::Unlimited,
-                input,
-                self.now,
-            )
-            .expect("input accepted");
+        let effects = self.try_input(input).expect("input accepted");
         self.intents.extend(effects.intents.clone());
         effects
+    }
+
+    /// The engine's answer to `input`, accepted or not.
+    fn try_input(&mut self, input: Input) -> Result<Effects, RejectedInput> {
+        self.engine.handle(
+            &mut self.run,
+            &mut self.fences,
+            &mut crate::engine::Unlimited,
+            input,
+            self.now,
+        )
     }
 
     fn current_fence(&self, step: usize) -> Fence {
@@ -783,16 +785,10 @@ fn a_retry_starts_over_what_did_not_succeed_and_from_a_step_what_follows_it() {
         ]
     };
     let mut sim = Sim::new(chain());
-    let refused = sim.engine.handle(
-        &mut sim.run,
-        &mut sim.fences,
-        &mut crate::engine::Unlimited,
-        Input::Retry {
-            by: "op".into(),
-            from: None,
-        },
-        sim.now,
-    );
+    let refused = sim.try_input(Input::Retry {
+        by: "op".into(),
+        from: None,
+    });
     assert!(
         matches!(refused, Err(RejectedInput::NothingToRetry(ref m)) if m.contains("queued")),
         "{refused:?}"
@@ -829,16 +825,10 @@ fn a_retry_starts_over_what_did_not_succeed_and_from_a_step_what_follows_it() {
     assert_eq!(sim.run.steps[2].attempts.len(), 2);
 
     // A succeeded run: nothing to retry unless a step is named.
-    let refused = sim.engine.handle(
-        &mut sim.run,
-        &mut sim.fences,
-        &mut crate::engine::Unlimited,
-        Input::Retry {
-            by: "op".into(),
-            from: None,
-        },
-        sim.now,
-    );
+    let refused = sim.try_input(Input::Retry {
+        by: "op".into(),
+        from: None,
+    });
     assert!(
         matches!(refused, Err(RejectedInput::NothingToRetry(_))),
         "{refused:?}"

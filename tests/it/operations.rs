@@ -103,13 +103,40 @@ fn a_run_failed_at_step_3_of_4_is_retried_and_from_a_step_re_runs_what_follows()
             .first()
             .is_some_and(|a| a["state"] == "running")
     });
-    let (status, body) =
-        server.post_json(&format!("/v1/runs/{busy}/retry"), &serde_json::json!({}));
+    let path = format!("/v1/runs/{busy}/retry");
+    let (status, body) = server.post_json(&path, &serde_json::json!([null, null]));
+    assert_eq!(status, 400, "the array form of the body is refused: {body}");
+    assert_eq!(body["field"], "body");
+    let (status, body) = server.post_json(&path, &serde_json::json!({}));
     assert_eq!(status, 409, "{body}");
     assert!(
         body["error"]
             .as_str()
             .is_some_and(|e| e.contains("running")),
         "{body}"
+    );
+}
+
+/// `scarab version` names the version, the commit and the store formats, in both forms.
+#[test]
+fn version_names_the_build_and_the_store_formats() {
+    let output = Command::new(BIN)
+        .args(["version", "-o", "json"])
+        .output()
+        .expect("scarab version");
+    assert!(output.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
+    assert_eq!(json["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(json["record_format"], scarab::store::codec::FORMAT_VERSION);
+    assert_eq!(json["store_schema"], scarab::store::SCHEMA_VERSION);
+    assert!(json["commit"].as_str().is_some_and(|c| !c.is_empty()));
+    let output = Command::new(BIN)
+        .arg("version")
+        .output()
+        .expect("scarab version");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.starts_with(&format!("scarab {}\n", env!("CARGO_PKG_VERSION"))),
+        "{text}"
     );
 }

@@ -243,6 +243,22 @@ impl<E: Executor> Driver<E> {
         })))
     }
 
+    /// `load` for an operator's action: an unknown run is 404, one that cannot be
+    /// restored is refused naming why.
+    fn load_for_action(
+        &mut self,
+        tx: &WriteTx,
+        id: RunId,
+    ) -> Result<Result<(), RunRejected>, StoreError> {
+        Ok(match self.load(tx, id)? {
+            None => Err(RunRejected::NotFound(id)),
+            Some(Err(error)) => Err(RunRejected::Rejected(format!(
+                "run {id} cannot be restored: {error}"
+            ))),
+            Some(Ok(())) => Ok(()),
+        })
+    }
+
     /// An operator input on a (possibly finished) run.
     pub(super) fn run_action(
         &mut self,
@@ -252,14 +268,8 @@ impl<E: Executor> Driver<E> {
         now: Timestamp,
         batch: &mut Batch,
     ) -> Result<Result<(), RunRejected>, StoreError> {
-        match self.load(tx, id)? {
-            None => return Ok(Err(RunRejected::NotFound(id))),
-            Some(Err(error)) => {
-                return Ok(Err(RunRejected::Rejected(format!(
-                    "run {id} cannot be restored: {error}"
-                ))));
-            }
-            Some(Ok(())) => {}
+        if let Err(refused) = self.load_for_action(tx, id)? {
+            return Ok(Err(refused));
         }
         Ok(self
             .apply_input(tx, id, input, now, batch)?
@@ -276,14 +286,8 @@ impl<E: Executor> Driver<E> {
         now: Timestamp,
         batch: &mut Batch,
     ) -> Result<Result<Vec<String>, RunRejected>, StoreError> {
-        match self.load(tx, id)? {
-            None => return Ok(Err(RunRejected::NotFound(id))),
-            Some(Err(error)) => {
-                return Ok(Err(RunRejected::Rejected(format!(
-                    "run {id} cannot be restored: {error}"
-                ))));
-            }
-            Some(Ok(())) => {}
+        if let Err(refused) = self.load_for_action(tx, id)? {
+            return Ok(Err(refused));
         }
         let run = &self.runs[&id];
         let from = match from {
@@ -335,15 +339,10 @@ impl<E: Executor> Driver<E> {
         now: Timestamp,
         batch: &mut Batch,
     ) -> Result<Result<(), RunRejected>, StoreError> {
-        let state = match self.load(tx, id)? {
-            None => return Ok(Err(RunRejected::NotFound(id))),
-            Some(Err(error)) => {
-                return Ok(Err(RunRejected::Rejected(format!(
-                    "run {id} cannot be restored: {error}"
-                ))));
-            }
-            Some(Ok(())) => self.runs[&id].header.state,
-        };
+        if let Err(refused) = self.load_for_action(tx, id)? {
+            return Ok(Err(refused));
+        }
+        let state = self.runs[&id].header.state;
         if state != RunState::Quarantined {
             return Ok(Err(RunRejected::Rejected(format!(
                 "run is {}, not quarantined",
