@@ -158,10 +158,12 @@ fn print_json(value: &Value) -> anyhow::Result<()> {
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 pub fn submit(
     args: &ClientArgs,
     file: &Path,
     quiet: bool,
+    wait: bool,
     idempotency_key: Option<&str>,
     origin: Option<&str>,
     query: &str,
@@ -187,11 +189,86 @@ pub fn submit(
             eprintln!("warning: {}", warning.as_str().unwrap_or_default());
         }
     }
+    let id = value["id"].as_str().unwrap_or_default().to_string();
+    if wait {
+        // The id first (a script may want it), then the run followed to its end.
+        println!("{id}");
+        let _ = std::io::stdout().flush();
+        return follow(&client, &id, Output::Table);
+    }
     match args.output {
         Output::Json if !quiet => print_json(&value)?,
-        _ => println!("{}", value["id"].as_str().unwrap_or_default()),
+        _ => println!("{id}"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `scarab watch RUN`: the run followed to its end.
+pub fn watch(args: &ClientArgs, run: &str) -> anyhow::Result<ExitCode> {
+    let client = Client::new(args)?;
+    follow(&client, run, args.output)
+}
+
+/// How long `follow` keeps trying while the service cannot be reached (a restart).
+const FOLLOW_UNREACHABLE_MAX: Duration = Duration::from_secs(60);
+
+/// Polls the run every 300 ms with the live progress on stderr (as `scarab run` shows
+/// it) until it ends; then its verdict on stderr (and with `-o json` the run detail on
+/// stdout). Exit 0 when it succeeded, 1 when it ended otherwise. A service that cannot be
+/// reached (restarting) is waited for up to a minute.
+fn follow(client: &Client, run: &str, output: Output) -> anyhow::Result<ExitCode> {
+    let mut progress = super::live::Progress::new();
+    let mut unreachable_since: Option<std::time::Instant> = None;
+    loop {
+        let answer = match client.get(&format!("/v1/runs/{run}")) {
+            Ok(answer) => {
+                unreachable_since = None;
+                answer
+            }
+            Err(error) => {
+                let since = *unreachable_since.get_or_insert_with(|| {
+                    eprintln!("the service cannot be reached ({error:#}); trying again");
+                    std::time::Instant::now()
+                });
+                if since.elapsed() > FOLLOW_UNREACHABLE_MAX {
+                    return Err(error.context("the service stayed unreachable for a minute"));
+                }
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+        };
+        if !answer.ok() {
+            return fail(&answer);
+        }
+        let detail = answer.json()?;
+        progress.show(&super::live::View::of_detail(&detail));
+        let state = detail["state"].as_str().unwrap_or_default();
+        if matches!(
+            state,
+            "succeeded" | "failed" | "dead_lettered" | "cancelled" | "quarantined"
+        ) {
+            let failure = &detail["failure_classification"];
+            if failure.is_object() {
+                eprintln!(
+                    "run {run} {state}: {} in step {} ({})",
+                    shown(&failure["category"]),
+                    shown(&failure["step"]),
+                    shown(&failure["reason"])
+                );
+            } else {
+                eprintln!("run {run} {state}");
+            }
+            if let Output::Json = output {
+                print_json(&detail)?;
+            }
+            return Ok(if state == "succeeded" {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            });
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
 }
 
 pub fn runs(
@@ -368,7 +445,9 @@ pub fn logs(
     follow: bool,
 ) -> anyhow::Result<ExitCode> {
     let client = Client::new(args)?;
+    let client = &client;
     let mut offset = 0u64;
+    let mut said_waiting = false;
     let mut out = std::io::stdout().lock();
     loop {
         let mut path = format!("/v1/runs/{run}/steps/{step}/logs?stream={stream}&offset={offset}");
@@ -376,6 +455,14 @@ pub fn logs(
             path.push_str(&format!("&attempt={n}"));
         }
         let answer = client.get(&path)?;
+        if follow && attempt.is_none() && not_started(client, run, &answer)? {
+            if !said_waiting {
+                eprintln!("waiting for step {step} to start");
+                said_waiting = true;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            continue;
+        }
         if !answer.ok() {
             return fail(&answer);
         }
@@ -395,6 +482,70 @@ pub fn logs(
             std::thread::sleep(Duration::from_millis(300));
         }
     }
+}
+
+/// The step has no attempt yet (404 naming `attempt`) and its run is still in progress:
+/// `--follow` waits for it.
+fn not_started(client: &Client, run: &str, answer: &Answer) -> anyhow::Result<bool> {
+    if answer.status != 404 || answer.json().ok().is_none_or(|b| b["field"] != "attempt") {
+        return Ok(false);
+    }
+    let detail = client.get(&format!("/v1/runs/{run}"))?;
+    let state = detail.json().ok().map(|d| d["state"].clone());
+    Ok(detail.ok()
+        && state.is_some_and(|s| matches!(s.as_str(), Some("queued" | "running" | "waiting"))))
+}
+
+/// `scarab logs RUN`: every step's log of its latest attempt, in pipeline order, each
+/// line prefixed with the step's name; steps that never ran are left out.
+pub fn logs_of_every_step(args: &ClientArgs, run: &str, stream: &str) -> anyhow::Result<ExitCode> {
+    let client = Client::new(args)?;
+    let answer = client.get(&format!("/v1/runs/{run}"))?;
+    if !answer.ok() {
+        return fail(&answer);
+    }
+    let detail = answer.json()?;
+    let steps: Vec<&Value> = detail["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["attempts"].as_array().is_some_and(|a| !a.is_empty()))
+        .collect();
+    let width = steps
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .map(str::len)
+        .max()
+        .unwrap_or(0);
+    let mut out = std::io::stdout().lock();
+    for step in steps {
+        let name = step["name"].as_str().unwrap_or_default();
+        let mut log = Vec::new();
+        loop {
+            let answer = client.get(&format!(
+                "/v1/runs/{run}/steps/{name}/logs?stream={stream}&offset={}",
+                log.len()
+            ))?;
+            if answer.status == 410 {
+                log = b"(log no longer kept)".to_vec();
+                break;
+            }
+            if !answer.ok() {
+                return fail(&answer);
+            }
+            log.extend_from_slice(&answer.bytes);
+            let size = header_u64(&answer, "x-scarab-log-size").unwrap_or(0);
+            if answer.bytes.is_empty() || log.len() as u64 >= size {
+                break;
+            }
+        }
+        let text = String::from_utf8_lossy(&log);
+        for line in text.lines() {
+            writeln!(out, "{name:<width$} | {line}")?;
+        }
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn header_u64(answer: &Answer, name: &str) -> Option<u64> {

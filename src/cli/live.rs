@@ -1,11 +1,71 @@
-//! Live progress of one run for `scarab run`: each step's state, attempt, fence and
-//! elapsed time, redrawn in place on a terminal, one line per change otherwise.
+//! Live progress of one run, for `scarab run` (from the store), `scarab watch` and
+//! `scarab submit --wait` (from the API's run detail): each step's state, attempt, fence
+//! and elapsed time, redrawn in place on a terminal, one line per change otherwise.
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use serde_json::Value;
 
 use crate::clock;
 use crate::engine::{AttemptState, Run, StepState, Timestamp};
+
+/// What the display shows of a run, whichever side it was read from.
+pub struct View {
+    pub id: String,
+    pub pipeline: String,
+    pub state: String,
+    pub steps: Vec<StepView>,
+}
+
+pub struct StepView {
+    pub name: String,
+    /// For people: `running`, `retry in 1.2s`, `failed (StepFailed)`, …
+    pub state: String,
+    /// What counts as a change worth a new line when not on a terminal.
+    pub key: String,
+    pub attempt: Option<AttemptView>,
+}
+
+pub struct AttemptView {
+    pub number: u64,
+    pub fence: u64,
+    pub elapsed: Duration,
+    pub class: Option<String>,
+}
+
+impl View {
+    /// From the engine's run (`scarab run`, in-process).
+    pub fn of_run(run: &Run) -> View {
+        let now = clock::now();
+        View {
+            id: run.header.id.to_string(),
+            pipeline: run.pipeline.name.clone(),
+            state: run.header.state.as_str().to_string(),
+            steps: (0..run.steps.len())
+                .map(|i| step_of_run(run, i, now))
+                .collect(),
+        }
+    }
+
+    /// From the API's run detail (`GET /v1/runs/{id}`).
+    pub fn of_detail(run: &Value) -> View {
+        let now = clock::now();
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        View {
+            id: text(&run["id"]),
+            pipeline: text(&run["pipeline"]),
+            state: text(&run["state"]),
+            steps: run["steps"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|step| step_of_detail(step, now))
+                .collect(),
+        }
+    }
+}
 
 pub struct Progress {
     terminal: bool,
@@ -22,33 +82,24 @@ impl Progress {
         }
     }
 
-    pub fn show(&mut self, run: &Run) {
-        let now = clock::now();
-        let lines: Vec<String> = (0..run.steps.len())
-            .map(|i| step_line(run, i, now))
-            .collect();
+    pub fn show(&mut self, view: &View) {
+        let lines: Vec<String> = view.steps.iter().map(step_line).collect();
         let mut err = std::io::stderr().lock();
         if self.terminal {
             if self.drawn_lines > 0 {
                 let _ = write!(err, "\x1b[{}A", self.drawn_lines);
             }
-            let header = format!(
-                "run {} ({}): {}",
-                run.header.id,
-                run.pipeline.name,
-                run.header.state.as_str()
-            );
+            let header = format!("run {} ({}): {}", view.id, view.pipeline, view.state);
             let _ = writeln!(err, "\x1b[2K{header}");
             for line in &lines {
                 let _ = writeln!(err, "\x1b[2K  {line}");
             }
             self.drawn_lines = lines.len() + 1;
         } else {
-            for (i, line) in lines.iter().enumerate() {
-                let key = key_of(run, i);
-                if self.last_seen.get(&i) != Some(&key) {
+            for (i, (line, step)) in lines.iter().zip(&view.steps).enumerate() {
+                if self.last_seen.get(&i) != Some(&step.key) {
                     let _ = writeln!(err, "  {line}");
-                    self.last_seen.insert(i, key);
+                    self.last_seen.insert(i, step.key.clone());
                 }
             }
         }
@@ -62,27 +113,16 @@ impl Default for Progress {
     }
 }
 
-/// What counts as a change worth a new line when not on a terminal.
-fn key_of(run: &Run, step: usize) -> String {
+fn step_of_run(run: &Run, step: usize, now: Timestamp) -> StepView {
     let progress = &run.steps[step];
     let attempt = progress.attempts.last();
-    format!(
-        "{}/{}/{}",
-        progress.state.as_str(),
-        attempt.map_or(0, |a| a.number),
-        attempt.map_or("", |a| match a.state {
-            AttemptState::Launching => "launching",
-            AttemptState::Running { .. } => "running",
-            AttemptState::Finished(_) => "finished",
-        })
-    )
-}
-
-fn step_line(run: &Run, step: usize, now: Timestamp) -> String {
-    let name = &run.pipeline.steps[step].name;
-    let progress = &run.steps[step];
+    let attempt_state = attempt.map_or("", |a| match a.state {
+        AttemptState::Launching => "launching",
+        AttemptState::Running { .. } => "running",
+        AttemptState::Finished(_) => "finished",
+    });
     let state = match &progress.state {
-        StepState::Active => match progress.attempts.last().map(|a| &a.state) {
+        StepState::Active => match attempt.map(|a| &a.state) {
             Some(AttemptState::Running { .. }) => "running".to_string(),
             _ => "launching".to_string(),
         },
@@ -105,23 +145,86 @@ fn step_line(run: &Run, step: usize, now: Timestamp) -> String {
         }
         other => other.as_str().to_string(),
     };
-    let Some(attempt) = progress.attempts.last() else {
+    StepView {
+        name: run.pipeline.steps[step].name.clone(),
+        state,
+        key: format!(
+            "{}/{}/{attempt_state}",
+            progress.state.as_str(),
+            attempt.map_or(0, |a| a.number)
+        ),
+        attempt: attempt.map(|a| AttemptView {
+            number: u64::from(a.number),
+            fence: a.fence.0,
+            elapsed: match &a.state {
+                AttemptState::Finished(v) => {
+                    v.finished_at.since(v.started_at.unwrap_or(a.created_at))
+                }
+                _ => now.since(a.created_at),
+            },
+            class: a.class().map(|c| c.to_string()),
+        }),
+    }
+}
+
+fn step_of_detail(step: &Value, now: Timestamp) -> StepView {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let attempt = step["attempts"].as_array().and_then(|a| a.last());
+    let attempt_state = attempt.map_or(String::new(), |a| text(&a["state"]));
+    let step_state = text(&step["state"]);
+    let state = match step_state.as_str() {
+        "active" => attempt_state.clone(),
+        "retry_waiting" => "waiting for a retry".to_string(),
+        "queued" => format!(
+            "queued for {} {}",
+            text(&step["waiting_for"]["reason"]),
+            text(&step["waiting_for"]["name"])
+        ),
+        "failed" | "dead_lettered" => format!("{step_state} ({})", text(&step["reason"])),
+        "waiting" => "gate: waiting for approval".to_string(),
+        other => other.to_string(),
+    };
+    let at = |v: &Value| {
+        v.as_str()
+            .and_then(|s| humantime::parse_rfc3339(s).ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| Timestamp(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
+    };
+    StepView {
+        name: text(&step["name"]),
+        state,
+        key: format!(
+            "{step_state}/{}/{attempt_state}",
+            attempt.and_then(|a| a["number"].as_u64()).unwrap_or(0)
+        ),
+        attempt: attempt.map(|a| {
+            let started = at(&a["started_at"]).unwrap_or(now);
+            let finished = at(&a["finished_at"]).unwrap_or(now);
+            AttemptView {
+                number: a["number"].as_u64().unwrap_or(0),
+                fence: a["fence"].as_u64().unwrap_or(0),
+                elapsed: finished.since(started),
+                class: a["class"].as_str().map(str::to_string),
+            }
+        }),
+    }
+}
+
+fn step_line(step: &StepView) -> String {
+    let name = &step.name;
+    let state = &step.state;
+    let Some(attempt) = &step.attempt else {
         return format!("{name:<24} {state}");
     };
-    let elapsed = match &attempt.state {
-        AttemptState::Finished(v) => v
-            .finished_at
-            .since(v.started_at.unwrap_or(attempt.created_at)),
-        _ => now.since(attempt.created_at),
-    };
     let class = attempt
-        .class()
+        .class
+        .as_ref()
         .map(|c| format!("  class {c}"))
         .unwrap_or_default();
     format!(
         "{name:<24} {state:<28} attempt {:<2} fence {:<6} {:>6.1}s{class}",
         attempt.number,
         attempt.fence,
-        elapsed.as_secs_f64()
+        attempt.elapsed.as_secs_f64()
     )
 }

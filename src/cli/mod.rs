@@ -526,6 +526,10 @@ enum Command {
         /// Print only the run id.
         #[arg(short, long)]
         quiet: bool,
+        /// Follow the run to its end with live progress on stderr (the id is printed
+        /// first); exit 0 when it succeeded, 1 when it ended otherwise.
+        #[arg(long)]
+        wait: bool,
         /// Resubmitting with the same key returns the same run.
         #[arg(long)]
         idempotency_key: Option<String>,
@@ -566,13 +570,18 @@ enum Command {
     /// Print a step's log (stdout by default; the last attempt unless --attempt).
     Logs {
         run: String,
-        step: String,
-        #[arg(long, default_value = "stdout")]
+        /// The step; without it, every step's log (current attempt), each line prefixed
+        /// with the step's name.
+        step: Option<String>,
+        /// `stdout` or `stderr`.
+        #[arg(long, default_value = "stdout", value_parser = ["stdout", "stderr"])]
         stream: String,
-        #[arg(long)]
+        /// The attempt's number (default: the step's latest).
+        #[arg(long, requires = "step")]
         attempt: Option<u32>,
-        /// Keep printing until the attempt finishes.
-        #[arg(short, long)]
+        /// Keep printing until the attempt finishes; waits for a step that has not
+        /// started yet.
+        #[arg(short, long, requires = "step")]
         follow: bool,
         #[command(flatten)]
         client: ClientArgs,
@@ -621,6 +630,13 @@ enum Command {
         /// (allowed on a succeeded run too).
         #[arg(long, value_name = "STEP")]
         from: Option<String>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Follow a run to its end with live progress on stderr; exit 0 when it succeeded, 1
+    /// when it ended otherwise (`-o json`: also the run detail on stdout).
+    Watch {
+        run: String,
         #[command(flatten)]
         client: ClientArgs,
     },
@@ -782,6 +798,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Submit {
             file,
             quiet,
+            wait,
             idempotency_key,
             origin,
             admission,
@@ -790,6 +807,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             &client,
             &file,
             quiet,
+            wait,
             idempotency_key.as_deref(),
             origin.as_deref(),
             &admission.query()?,
@@ -809,8 +827,12 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             attempt,
             follow,
             client,
-        } => client::logs(&client, &run, &step, &stream, attempt, follow),
+        } => match step {
+            Some(step) => client::logs(&client, &run, &step, &stream, attempt, follow),
+            None => client::logs_of_every_step(&client, &run, &stream),
+        },
         Command::Cancel { run, client } => client::cancel(&client, &run),
+        Command::Watch { run, client } => client::watch(&client, &run),
         Command::Retry { run, from, client } => client::retry(&client, &run, from.as_deref()),
         Command::Backup { out, client } => client::backup(&client, &out),
         Command::Restore { file, state_dir } => restore(&file, &state_dir),
@@ -1027,7 +1049,7 @@ async fn run_in_process(
             .run(submitted.id)?
             .context("the submitted run vanished")?;
         let run = service::driver_rebuild(stored).map_err(anyhow::Error::msg)?;
-        progress.show(&run);
+        progress.show(&live::View::of_run(&run));
         if run.header.state.is_terminal() {
             break run;
         }

@@ -140,3 +140,97 @@ fn version_names_the_build_and_the_store_formats() {
         "{text}"
     );
 }
+
+/// Runs `scarab ARGS… --url … --token …`: (exit code, stdout, stderr).
+fn scarab(server: &Server, args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(BIN)
+        .args(args)
+        .args(["--url", &server.url, "--token", &server.token])
+        .output()
+        .expect("scarab");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).to_string(),
+        String::from_utf8_lossy(&output.stderr).to_string(),
+    )
+}
+
+/// `submit --wait` follows the run with the live progress and exits with its verdict;
+/// `watch` does the same for a run by id, and with `-o json` prints its detail.
+#[test]
+fn submit_wait_and_watch_exit_with_the_verdict_and_show_progress() {
+    let dir = common::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("state"));
+    let good = dir.path().join("good.yaml");
+    std::fs::write(
+        &good,
+        "name: good\nsteps:\n  - name: build\n    run: [sh, -c, 'sleep 1']\n  - name: ship\n    needs: [build]\n    run: [sh, -c, 'true']\n",
+    )
+    .expect("write");
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "name: bad\nsteps:\n  - name: build\n    run: [sh, -c, 'exit 101']\n",
+    )
+    .expect("write");
+
+    let good_path = good.to_str().expect("utf-8");
+    let (code, stdout, stderr) = scarab(&server, &["submit", good_path, "--wait"]);
+    assert_eq!(code, 0, "{stderr}");
+    let id = stdout.lines().next().expect("the run id first").to_string();
+    assert!(id.starts_with('r'), "{stdout}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.trim_start().starts_with("build") && l.contains("running")),
+        "progress: {stderr}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.trim_start().starts_with("ship") && l.contains("succeeded")),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&format!("run {id} succeeded")), "{stderr}");
+
+    let (code, stdout, stderr) =
+        scarab(&server, &["submit", bad.to_str().expect("utf-8"), "--wait"]);
+    assert_eq!(code, 1, "a failing run exits 1: {stderr}");
+    let failed = stdout.trim().to_string();
+    assert!(
+        stderr.contains(&format!("run {failed} failed: step in step build")),
+        "{stderr}"
+    );
+
+    let (code, stdout, _) = scarab(&server, &["watch", &id, "-o", "json"]);
+    assert_eq!(code, 0);
+    let detail: serde_json::Value = serde_json::from_str(&stdout).expect("the run detail");
+    assert_eq!(detail["id"], id.as_str());
+    let (code, _, _) = scarab(&server, &["watch", &failed]);
+    assert_eq!(code, 1);
+}
+
+/// `logs RUN` prints every step's log, each line prefixed with the step's name, and
+/// `logs RUN STEP --follow` waits for a step that has not started yet.
+#[test]
+fn logs_of_every_step_are_prefixed_and_follow_waits_for_a_step_to_start() {
+    let dir = common::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("state"));
+    let id = server.submit(
+        "name: l\nsteps:\n  - name: first\n    run: [sh, -c, 'echo one; echo two; sleep 1']\n  - name: second-step\n    needs: [first]\n    run: [sh, -c, 'echo later']\n",
+    );
+    let (code, stdout, stderr) = scarab(&server, &["logs", &id, "second-step", "--follow"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "later\n");
+    assert!(
+        stderr.contains("waiting for step second-step to start"),
+        "{stderr}"
+    );
+    server.wait_terminal(&id, WITHIN);
+    let (code, stdout, stderr) = scarab(&server, &["logs", &id]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(
+        stdout,
+        "first       | one\nfirst       | two\nsecond-step | later\n"
+    );
+}
