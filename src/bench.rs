@@ -371,6 +371,7 @@ fn populate_dead_lettered(dir: &Path, runs: u64) -> anyhow::Result<()> {
     let source = PipelineSource {
         format: SourceFormat::Yaml,
         text: ONE_STEP.to_string(),
+        params: Some(Vec::new()),
     };
     let now = crate::clock::now();
     let mut written = 0u64;
@@ -568,6 +569,7 @@ fn one_step() -> anyhow::Result<(PipelineSource, Arc<pipeline::Pipeline>)> {
     let source = PipelineSource {
         format: SourceFormat::Yaml,
         text: ONE_STEP.to_string(),
+        params: Some(Vec::new()),
     };
     Ok((source, Arc::new(outcome.pipeline)))
 }
@@ -805,6 +807,7 @@ fn populate(dir: &Path, finished: u64, inflight: u64) -> anyhow::Result<()> {
     let source = PipelineSource {
         format: SourceFormat::Yaml,
         text: ONE_STEP.to_string(),
+        params: Some(Vec::new()),
     };
     let now = crate::clock::now();
     let batch = 20_000;

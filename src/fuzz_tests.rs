@@ -238,6 +238,7 @@ fn valid_records() -> Vec<Vec<u8>> {
     let source = crate::store::records::PipelineSource {
         format: crate::store::records::SourceFormat::Yaml,
         text: PIPELINE.into(),
+        params: Some(Vec::new()),
     };
     vec![
         encode(&header).expect("encodes"),

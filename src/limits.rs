@@ -21,6 +21,14 @@ pub const ARGV_TOTAL_MAX_BYTES: usize = 64 * 1024;
 pub const ENV_MAX_VARS: usize = 100;
 pub const ENV_NAME_MAX_BYTES: usize = 128;
 pub const ENV_VALUE_MAX_BYTES: usize = 4096;
+/// Pipeline parameters: how many, and the bounds of a name, a value, a pattern (as
+/// written and compiled) and a description.
+pub const PARAMS_MAX: usize = 32;
+pub const PARAM_NAME_MAX_BYTES: usize = 64;
+pub const PARAM_VALUE_MAX_BYTES: usize = 1024;
+pub const PARAM_PATTERN_MAX_BYTES: usize = 1024;
+pub const PARAM_PATTERN_COMPILED_MAX_BYTES: usize = 1 << 20;
+pub const PARAM_DESCRIPTION_MAX_BYTES: usize = 1024;
 /// `kubernetes.callback_url`: it becomes a Pod's `SCARAB_URL`, so an environment value.
 pub const CALLBACK_URL_MAX_BYTES: usize = 2048;
 

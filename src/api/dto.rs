@@ -18,6 +18,8 @@ pub struct RunDetail {
     pub cancel_reason: Option<String>,
     /// The active-time budget, for pipelines that set one.
     pub budget: Option<BudgetDto>,
+    /// The run's parameter values (given at submit, else the defaults), by name.
+    pub params: std::collections::BTreeMap<String, String>,
     /// The run's place in admission control.
     pub admission: AdmissionDto,
     pub steps: Vec<StepDetail>,
@@ -285,6 +287,7 @@ pub fn run_detail(
         updated_at: rfc3339(header.updated_at),
         cancel_requested_by: header.cancel.as_ref().map(|c| c.by.clone()),
         cancel_reason: header.cancel.as_ref().and_then(|c| c.reason.clone()),
+        params: run.pipeline.params.iter().cloned().collect(),
         admission: AdmissionDto {
             priority: header.admission.priority,
             parallelism: header.admission.parallelism,

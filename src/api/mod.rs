@@ -311,6 +311,32 @@ fn body_format(headers: &HeaderMap, body: &[u8]) -> Format {
     }
 }
 
+/// The run's parameter values: each `param=NAME=VALUE` of the query, in order. A `param`
+/// without `=` is a 400 naming `param`; the values are checked against the pipeline's
+/// declarations when it is parsed.
+fn submit_params(pairs: Vec<(String, String)>) -> Result<Vec<(String, String)>, ApiError> {
+    let mut params = Vec::new();
+    for (key, value) in pairs.into_iter().filter(|(key, _)| key == "param") {
+        let Some((name, value)) = value.split_once('=') else {
+            return Err(ApiError::field(
+                StatusCode::BAD_REQUEST,
+                "param",
+                format!("{value:?}: expected NAME=VALUE"),
+            ));
+        };
+        if params.len() >= limits::PARAMS_MAX {
+            return Err(ApiError::field(
+                StatusCode::BAD_REQUEST,
+                "param",
+                format!("at most {} parameters", limits::PARAMS_MAX),
+            ));
+        }
+        let _ = key;
+        params.push((name.to_string(), value.to_string()));
+    }
+    Ok(params)
+}
+
 /// What a submitter may set for one run over its pipeline's values.
 #[derive(Deserialize)]
 struct SubmitQuery {
@@ -400,9 +426,11 @@ async fn submit(
     State(state): State<ApiState>,
     headers: HeaderMap,
     query: Result<Query<SubmitQuery>, QueryRejection>,
+    pairs: Result<Query<Vec<(String, String)>>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let query = query_params(query)?;
+    let params = submit_params(query_params(pairs)?)?;
     let body = body.map_err(|rejection| {
         let status = rejection.status();
         let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -416,7 +444,21 @@ async fn submit(
     let text = std::str::from_utf8(&body)
         .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "body is not UTF-8"))?;
     let format = body_format(&headers, &body);
-    let outcome = pipeline::parse(text, format).map_err(|errors| ApiError::invalid(&errors))?;
+    let outcome = pipeline::parse_with(text, format, pipeline::Binding::Values(&params)).map_err(
+        |errors| {
+            // A value that does not fit its parameter is the request's fault, not the
+            // document's: 400 naming `params.NAME`.
+            match errors
+                .iter()
+                .find(|e| e.line.is_none() && e.field.starts_with("params."))
+            {
+                Some(error) => {
+                    ApiError::field(StatusCode::BAD_REQUEST, &error.field, error.message.clone())
+                }
+                None => ApiError::invalid(&errors),
+            }
+        },
+    )?;
     let missing = state
         .service
         .settings
@@ -443,6 +485,7 @@ async fn submit(
             Format::Json => SourceFormat::Json,
         },
         text: text.to_string(),
+        params: Some(outcome.pipeline.params.clone()),
     };
     let origin = origin(&headers)?;
     let submitted = state

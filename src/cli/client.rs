@@ -51,7 +51,16 @@ impl Answer {
                     })
                     .collect::<Vec<_>>()
                     .join("\n"),
-                _ => crate::text::escape(body["error"].as_str().unwrap_or(&self.body)).into_owned(),
+                _ => {
+                    let error = shown_or(&body["error"], &self.body);
+                    // A refusal naming its field says which: `params.tag: …`.
+                    match body["field"].as_str() {
+                        Some(field) if !field.is_empty() => {
+                            format!("{}: {error}", shown(&body["field"]))
+                        }
+                        _ => error,
+                    }
+                }
             },
             Err(_) => self.body.clone(),
         }

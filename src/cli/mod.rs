@@ -492,6 +492,9 @@ enum Command {
         /// working directory, under ~/.local/state without XDG_STATE_HOME].
         #[arg(long)]
         state_dir: Option<PathBuf>,
+        /// A value for one of the pipeline's `params` (repeatable).
+        #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+        params: Vec<(String, String)>,
         #[command(flatten)]
         engine: EngineArgs,
     },
@@ -530,6 +533,9 @@ enum Command {
         /// first); exit 0 when it succeeded, 1 when it ended otherwise.
         #[arg(long)]
         wait: bool,
+        /// A value for one of the pipeline's `params` (repeatable).
+        #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+        params: Vec<(String, String)>,
         /// Resubmitting with the same key returns the same run.
         #[arg(long)]
         idempotency_key: Option<String>,
@@ -764,13 +770,19 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Run {
             file,
             state_dir,
+            params,
             engine,
         } => {
             let state_dir = match state_dir {
                 Some(dir) => dir,
                 None => default_run_state_dir()?,
             };
-            run(&file, &state_dir, engine.settings(&engine.file()?)?)
+            run(
+                &file,
+                &params,
+                &state_dir,
+                engine.settings(&engine.file()?)?,
+            )
         }
         Command::Validate { file } => validate(&file),
         Command::ExplainPod {
@@ -799,6 +811,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             file,
             quiet,
             wait,
+            params,
             idempotency_key,
             origin,
             admission,
@@ -810,7 +823,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             wait,
             idempotency_key.as_deref(),
             origin.as_deref(),
-            &admission.query()?,
+            &with_params(admission.query()?, &params),
         ),
         Command::Queue { limit, client } => client::queue(&client, limit),
         Command::Runs {
@@ -897,6 +910,7 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
 /// Reads and parses a pipeline file. `Err` holds the printed exit code 2 case.
 fn load_pipeline(
     file: &Path,
+    binding: pipeline::Binding,
 ) -> anyhow::Result<Result<(PipelineSource, pipeline::ParseOutcome), ExitCode>> {
     let metadata =
         std::fs::metadata(file).with_context(|| format!("reading {}", file.display()))?;
@@ -915,7 +929,7 @@ fn load_pipeline(
         Some("json") => Format::Json,
         _ => Format::Yaml,
     };
-    match pipeline::parse(&text, format) {
+    match pipeline::parse_with(&text, format, binding) {
         Ok(outcome) => {
             let source = PipelineSource {
                 format: match format {
@@ -923,6 +937,7 @@ fn load_pipeline(
                     Format::Json => SourceFormat::Json,
                 },
                 text,
+                params: Some(outcome.pipeline.params.clone()),
             };
             Ok(Ok((source, outcome)))
         }
@@ -936,7 +951,7 @@ fn load_pipeline(
 }
 
 fn validate(file: &Path) -> anyhow::Result<ExitCode> {
-    match load_pipeline(file)? {
+    match load_pipeline(file, pipeline::Binding::Check)? {
         Ok((_, outcome)) => {
             for warning in &outcome.warnings {
                 eprintln!("warning: {warning}");
@@ -991,8 +1006,13 @@ fn default_run_state_dir() -> anyhow::Result<PathBuf> {
         .join(format!("{name}-{hash}")))
 }
 
-fn run(file: &Path, state_dir: &Path, settings: Settings) -> anyhow::Result<ExitCode> {
-    let (source, outcome) = match load_pipeline(file)? {
+fn run(
+    file: &Path,
+    params: &[(String, String)],
+    state_dir: &Path,
+    settings: Settings,
+) -> anyhow::Result<ExitCode> {
+    let (source, outcome) = match load_pipeline(file, pipeline::Binding::Values(params))? {
         Ok(loaded) => loaded,
         Err(code) => return Ok(code),
     };
@@ -1114,5 +1134,26 @@ fn version(output: Output) {
                 readable.join(", ")
             );
         }
+    }
+}
+
+/// `--param NAME=VALUE`.
+fn parse_param(text: &str) -> Result<(String, String), String> {
+    text.split_once('=')
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .ok_or_else(|| format!("{text:?}: expected NAME=VALUE"))
+}
+
+/// The submit query with each `--param` added as `param=NAME=VALUE`, encoded.
+fn with_params(query: String, params: &[(String, String)]) -> String {
+    let mut serializer = form_urlencoded::Serializer::new(String::new());
+    for (name, value) in params {
+        serializer.append_pair("param", &format!("{name}={value}"));
+    }
+    let encoded = serializer.finish();
+    match (query.is_empty(), encoded.is_empty()) {
+        (_, true) => query,
+        (true, false) => format!("?{encoded}"),
+        (false, false) => format!("{query}&{encoded}"),
     }
 }

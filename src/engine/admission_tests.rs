@@ -53,6 +53,7 @@ fn step(name: &str, needs: Vec<usize>, slots: u32, locks: &[&str], action: StepA
 
 fn pipeline(steps: Vec<Step>) -> Pipeline {
     Pipeline {
+        params: Vec::new(),
         name: "p".into(),
         budget: None,
         priority: 0,

@@ -163,6 +163,7 @@ mod tests {
             });
             let mut fences = FenceCounter::starting_at(100);
             let pipeline = Arc::new(Pipeline {
+                params: Vec::new(),
                 priority: 0,
                 parallelism: None,
                 concurrency: None,

@@ -104,6 +104,7 @@ impl Sim {
         let engine = Engine::new(EngineSettings::default());
         let mut fences = FenceCounter::starting_at(1);
         let pipeline = Arc::new(Pipeline {
+            params: Vec::new(),
             priority: 0,
             parallelism: None,
             concurrency: None,

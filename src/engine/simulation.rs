@@ -72,6 +72,7 @@ fn pipeline_strategy() -> impl Strategy<Value = Pipeline> {
             })
             .collect::<Vec<_>>();
         steps.prop_map(|steps| Pipeline {
+            params: Vec::new(),
             priority: 0,
             parallelism: None,
             concurrency: None,

@@ -55,6 +55,13 @@ pub struct PipelineDoc {
     /// The steps, 1 to 100 of them. A step runs once every step it `needs` has succeeded.
     #[schemars(length(min = 1, max = limits::STEPS_MAX))]
     pub steps: Vec<StepDoc>,
+    /// Parameters a run is submitted with (`--param NAME=VALUE`), at most 32, by name (a
+    /// letter or `_`, then letters, digits and `_`, at most 64 bytes). `${params.NAME}`
+    /// is replaced by the value, as text, in steps' `run`, `command` and `args` items,
+    /// `env` values and `image`, and in `kubernetes.image` and `concurrency.group`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "BTreeMap<String, ParamDoc>")]
+    pub params: Option<BTreeMap<String, ParamDoc>>,
 }
 
 /// One step: a local command run without a shell, (with `executor: kubernetes`) a Pod, or
@@ -171,14 +178,31 @@ pub struct GateDoc {
     pub message: Option<String>,
 }
 
+/// A declared parameter. Without a default a value must be given at submit.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ParamDoc {
+    /// The value when none is given: one line, at most 1024 bytes, matching `pattern`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+    /// A regular expression (Rust `regex` syntax, at most 1024 bytes) every value must
+    /// match as a whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<String>,
+    /// For people, at most 1024 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
 /// A concurrency group.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ConcurrencyDoc {
-    /// The group's name: 1 to 128 bytes of `[A-Za-z0-9_.-]`.
+    /// The group's name: 1 to 128 bytes of `[A-Za-z0-9_.-]` once its `${params.NAME}`
+    /// references are replaced.
     #[schemars(
-        length(min = 1, max = limits::GROUP_NAME_MAX_BYTES),
-        regex(pattern = r"^[A-Za-z0-9_.-]+$")
+        length(min = 1),
+        regex(pattern = r"^([A-Za-z0-9_.-]|\$\{params\.[A-Za-z_][A-Za-z0-9_]*\})+$")
     )]
     pub group: String,
     /// Runs of the group in progress at once, 1 to 10000 (default 1).

@@ -11,7 +11,7 @@ mod parse;
 
 use std::time::Duration;
 
-pub use parse::{FieldError, Format, ParseOutcome, parse, retry_warning};
+pub use parse::{Binding, FieldError, Format, ParseOutcome, parse, parse_with, retry_warning};
 
 /// A validated pipeline. Step `needs` are indices into `steps`, and the graph is acyclic.
 #[derive(Clone, Debug, PartialEq)]
@@ -25,6 +25,9 @@ pub struct Pipeline {
     pub parallelism: Option<u32>,
     /// The run's concurrency group, if any.
     pub concurrency: Option<Concurrency>,
+    /// The run's parameter values (given at submit, else defaults), by name; already
+    /// substituted wherever `${params.NAME}` stood.
+    pub params: Vec<(String, String)>,
     pub steps: Vec<Step>,
 }
 

@@ -21,6 +21,9 @@ use super::{
 };
 use crate::limits;
 
+mod params;
+pub use params::Binding;
+
 /// The syntax of a pipeline document.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -63,12 +66,34 @@ pub fn retry_warning() -> &'static str {
      or fenced against a cooperating sink"
 }
 
-/// Parses and validates a pipeline document. Returns every error found, sorted by line
-/// then field. Never panics, whatever the input.
+/// Parses and validates a pipeline document on its own (parameters take their defaults,
+/// or their names). Returns every error found, sorted by line then field. Never panics,
+/// whatever the input.
 pub fn parse(source: &str, format: Format) -> Result<ParseOutcome, Vec<FieldError>> {
-    let root = read_tree(source, format).map_err(|error| vec![error])?;
+    parse_with(source, format, Binding::Check)
+}
+
+/// Parses and validates a pipeline document for a run: with `Binding::Values`, the
+/// values given (each checked against its declaration; errors name `params.NAME`) and
+/// the defaults are substituted, and recorded in the pipeline's `params`.
+pub fn parse_with(
+    source: &str,
+    format: Format,
+    binding: Binding,
+) -> Result<ParseOutcome, Vec<FieldError>> {
+    let mut root = read_tree(source, format).map_err(|error| vec![error])?;
     let mut errors = Errors::default();
-    let pipeline = check_pipeline(&root, &mut errors);
+    let declared = params::declarations(&Field::root(&root), &mut errors);
+    let values = params::bind(&declared, binding, &mut errors);
+    if !matches!(binding, Binding::Off) {
+        params::substitute(&mut root, &values, &mut errors);
+    }
+    let pipeline = check_pipeline(&root, &mut errors).map(|mut pipeline| {
+        if let Binding::Values(_) = binding {
+            pipeline.params = values.into_iter().collect();
+        }
+        pipeline
+    });
     match pipeline {
         Some(pipeline) if errors.0.is_empty() => {
             let warnings = pipeline_warnings(&pipeline);
@@ -100,6 +125,7 @@ const PIPELINE_FIELDS: &[&str] = &[
     "concurrency",
     "kubernetes",
     "steps",
+    "params",
 ];
 const CONCURRENCY_FIELDS: &[&str] = &["group", "limit", "supersede"];
 const STEP_FIELDS: &[&str] = &[
@@ -784,6 +810,7 @@ fn check_pipeline(root: &Node, errors: &mut Errors) -> Option<Pipeline> {
         priority: priority?.unwrap_or(0),
         parallelism: parallelism?,
         concurrency: concurrency?,
+        params: Vec::new(),
         steps: steps?,
     })
 }

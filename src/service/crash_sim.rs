@@ -390,6 +390,7 @@ async fn seed_in(dir: &std::path::Path, seed: u64, crashes: u32) -> Result<u32, 
                 let source = PipelineSource {
                     format: SourceFormat::Yaml,
                     text: text.into(),
+                    params: Some(Vec::new()),
                 };
                 let admission = RunAdmission::of(&pipeline);
                 if let Ok(submitted) = service

@@ -56,6 +56,7 @@ async fn submit(running: &Running) -> RunId {
     let source = PipelineSource {
         format: SourceFormat::Yaml,
         text: PIPELINE.into(),
+        params: Some(Vec::new()),
     };
     running
         .service
@@ -230,6 +231,7 @@ async fn a_run_whose_pipeline_no_longer_restores_is_quarantined_not_resubmitted(
     let broken = PipelineSource {
         format: SourceFormat::Yaml,
         text: "name: p\nsteps: []\n".into(),
+        params: Some(Vec::new()),
     };
     tx.put_pipeline(id, &broken).expect("put");
     tx.commit().expect("commit");

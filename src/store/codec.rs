@@ -14,10 +14,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 /// The format this build writes.
-pub const FORMAT_VERSION: u8 = 4;
+pub const FORMAT_VERSION: u8 = 5;
 
 /// Every format this build decodes: each one a released build wrote. Only ever grows.
-pub const READABLE_FORMATS: &[u8] = &[2, 3, 4];
+pub const READABLE_FORMATS: &[u8] = &[2, 3, 4, 5];
 
 #[derive(Debug, thiserror::Error)]
 pub enum CodecError {

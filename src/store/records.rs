@@ -6,6 +6,7 @@
 pub mod v2;
 pub mod v3;
 pub mod v4;
+pub mod v5;
 
 use crate::engine::{self, Fence, KillReason, RunId, Timestamp};
 use crate::store::codec::{self, CodecError, Record};
@@ -16,6 +17,9 @@ use crate::store::codec::{self, CodecError, Record};
 pub struct PipelineSource {
     pub format: SourceFormat,
     pub text: String,
+    /// The run's parameter values (name, value), sorted by name; `None` for a run
+    /// stored before parameters existed (format 4 and older): its text is taken literally.
+    pub params: Option<Vec<(String, String)>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -298,27 +302,28 @@ macro_rules! record {
 }
 
 record!(engine::RunHeader, "run",
-    to: v4::RunHeader::from,
+    to: v5::RunHeader::from,
     2 | 3 => |r: v2::RunHeader| engine::RunHeader::try_from(r),
-    4 => |r: v4::RunHeader| engine::RunHeader::try_from(r));
+    4 | 5 => |r: v4::RunHeader| engine::RunHeader::try_from(r));
 record!(engine::RunStep, "step",
-    to: v4::step_row,
+    to: v5::step_row,
     2 | 3 => v2::step_from_row,
-    4 => v4::step_from_row);
+    4 | 5 => v4::step_from_row);
 record!(engine::Attempt, "attempt",
-    to: v4::Attempt::from,
-    2..=4 => |r: v2::Attempt| engine::Attempt::try_from(r));
+    to: v5::Attempt::from,
+    2..=5 => |r: v2::Attempt| engine::Attempt::try_from(r));
 record!(PipelineSource, "pipeline",
-    to: v4::PipelineSource::from,
-    2..=4 => |r: v2::PipelineSource| Ok(PipelineSource::from(r)));
+    to: v5::PipelineSource::from,
+    2..=4 => |r: v2::PipelineSource| Ok(PipelineSource::from(r)),
+    5 => |r: v5::PipelineSource| PipelineSource::try_from(r));
 record!(OutboxMessage, "outbox_message",
-    to: v4::OutboxMessage::from,
+    to: v5::OutboxMessage::from,
     2 => |r: v2::OutboxMessage| OutboxMessage::try_from(r),
-    3 | 4 => |r: v3::OutboxMessage| OutboxMessage::try_from(r));
+    3..=5 => |r: v3::OutboxMessage| OutboxMessage::try_from(r));
 record!(DeadLetter, "dead_letter",
-    to: v4::DeadLetter::from,
+    to: v5::DeadLetter::from,
     2 => |r: v2::DeadLetter| DeadLetter::try_from(r),
-    3 | 4 => |r: v3::DeadLetter| DeadLetter::try_from(r));
+    3..=5 => |r: v3::DeadLetter| DeadLetter::try_from(r));
 record!(HistoryRecord, "history",
-    to: v4::HistoryRecord::from,
-    2..=4 => |r: v2::HistoryRecord| Ok(HistoryRecord::from(r)));
+    to: v5::HistoryRecord::from,
+    2..=5 => |r: v2::HistoryRecord| Ok(HistoryRecord::from(r)));

@@ -56,6 +56,7 @@ fn a_run_round_trips_and_the_indexes_follow_its_state() {
     let source = PipelineSource {
         format: SourceFormat::Yaml,
         text: "name: p".into(),
+        params: Some(Vec::new()),
     };
     let mut tx = store.write().expect("write");
     tx.put_pipeline(RunId(5), &source).expect("pipeline");
@@ -226,6 +227,7 @@ fn a_backup_copies_every_table_and_reopens_with_the_same_rows() {
     let source = PipelineSource {
         format: SourceFormat::Yaml,
         text: "name: p".into(),
+        params: Some(Vec::new()),
     };
     let mut tx = store.write().expect("write");
     tx.put_pipeline(RunId(5), &source).expect("pipeline");

@@ -83,6 +83,7 @@ fn assert_same_detail(fixture: &Path, what: &str, got: &Value, want: &Value) {
                 serde_json::json!({"priority": 0, "parallelism": null, "concurrency": null})
             }
             "cancel_reason" | "waiting_for" => Value::Null,
+            "params" => serde_json::json!({}),
             other => panic!(
                 "{}: field {other} is new but not known to this test",
                 fixture.display()
@@ -291,6 +292,21 @@ fn every_fixture_store_carries_on_under_this_build() {
             assert_eq!(run["admission"]["priority"], 7);
             assert!(attempts(&run, 0)[0]["fence"].as_u64() > Some(old_highest));
             assert!(server.history_kinds(&id).iter().any(|k| k == "admitted"));
+        }
+
+        // Format 5 on: a run submitted with a parameter value uses it after its gate.
+        if expected["roles"].get("params").is_some() {
+            let id = role(&expected, "params");
+            let (status, body) = server.post_json(
+                &format!("/v1/runs/{id}/gates/approve/approve"),
+                &serde_json::json!({"by": "fixture"}),
+            );
+            assert_eq!(status, 200, "{body}");
+            let run = server.wait_terminal(&id, Duration::from_secs(30));
+            assert_eq!(run["state"], "succeeded", "{run:#}");
+            assert_eq!(run["params"]["target"], "prod");
+            let (status, log) = server.get(&format!("/v1/runs/{id}/steps/ship/logs"));
+            assert_eq!((status, log.as_str()), (200, Some("shipping to prod\n")));
         }
 
         // Histories are append-only: each goes on from the writer's.

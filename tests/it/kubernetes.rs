@@ -697,6 +697,7 @@ fn readopt_10k_pods_benchmark() {
             &PipelineSource {
                 format: SourceFormat::Yaml,
                 text: yaml.clone(),
+                params: Some(Vec::new()),
             },
         )
         .expect("pipeline");

@@ -234,3 +234,80 @@ fn logs_of_every_step_are_prefixed_and_follow_waits_for_a_step_to_start() {
         "first       | one\nfirst       | two\nsecond-step | later\n"
     );
 }
+
+/// Parameters through the real binary: `submit --param` and `run --param` substitute the
+/// values as text (one argv element, whatever it holds), the run detail records them,
+/// and a bad value is a 400 naming the parameter, with nothing created.
+#[test]
+fn parameters_reach_the_step_as_text_and_bad_values_are_refused_naming_them() {
+    let dir = common::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("state"));
+    let out = dir.path().join("out");
+    let file = dir.path().join("p.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "name: p\nparams:\n  target: {{pattern: 'staging|prod'}}\n  note: {{default: plain}}\nconcurrency: {{group: 'deploy-${{params.target}}'}}\nsteps:\n  - name: s\n    run: [sh, -c, 'printf \"%s|%s\" \"$1\" \"$NOTE\" > {}', x, '${{params.note}}']\n    env: {{NOTE: '${{params.target}}'}}\n",
+            out.display()
+        ),
+    )
+    .expect("write");
+    let path = file.to_str().expect("utf-8");
+    let (code, stdout, stderr) = scarab(
+        &server,
+        &[
+            "submit",
+            path,
+            "--wait",
+            "--param",
+            "target=prod",
+            "--param",
+            "note=a b; $(id)",
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let id = stdout.lines().next().expect("id").to_string();
+    assert_eq!(
+        std::fs::read_to_string(&out).expect("out"),
+        "a b; $(id)|prod"
+    );
+    let run = server.run(&id);
+    assert_eq!(run["params"]["target"], "prod");
+    assert_eq!(run["params"]["note"], "a b; $(id)");
+    assert_eq!(run["admission"]["concurrency"]["group"], "deploy-prod");
+
+    let runs_before = server.get("/v1/runs").1["runs"]
+        .as_array()
+        .map_or(0, Vec::len);
+    for (args, field) in [
+        (vec!["--param", "target=qa"], "params.target"),
+        (
+            vec!["--param", "target=prod", "--param", "other=1"],
+            "params.other",
+        ),
+        (vec![], "params.target"),
+    ] {
+        let mut all = vec!["submit", path];
+        all.extend(args.iter().copied());
+        let (code, _, stderr) = scarab(&server, &all);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(field), "{args:?}: {stderr}");
+    }
+    let runs_after = server.get("/v1/runs").1["runs"]
+        .as_array()
+        .map_or(0, Vec::len);
+    assert_eq!(runs_before, runs_after, "nothing was created");
+
+    // `scarab run` takes the same parameters.
+    let output = Command::new(BIN)
+        .args(["run", path, "--param", "target=staging", "--state-dir"])
+        .arg(dir.path().join("run-state"))
+        .output()
+        .expect("scarab run");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&out).expect("out"), "plain|staging");
+}

@@ -32,6 +32,9 @@ pub enum Binding<'a> {
     Check,
     /// The values given at submit, each checked against its declaration.
     Values(&'a [(String, String)]),
+    /// No substitution: a run stored before parameters existed, whose text may hold a
+    /// literal `${params.…}` that was never a reference.
+    Off,
 }
 
 /// `params` of the document: names, defaults and patterns, each checked.
@@ -49,7 +52,11 @@ pub(super) fn declarations(root: &Field, errors: &mut Errors) -> Vec<Declared> {
     if entries.len() > limits::PARAMS_MAX {
         errors.at(
             &field,
-            format!("at most {} parameters (found {})", limits::PARAMS_MAX, entries.len()),
+            format!(
+                "at most {} parameters (found {})",
+                limits::PARAMS_MAX,
+                entries.len()
+            ),
         );
         return Vec::new();
     }
@@ -139,10 +146,7 @@ fn check_name(name: &str) -> Result<(), String> {
 /// The pattern, anchored to match a whole value, with bounded size.
 fn compile(pattern: &str) -> Result<Regex, String> {
     if pattern.len() > limits::PARAM_PATTERN_MAX_BYTES {
-        return Err(format!(
-            "at most {} bytes",
-            limits::PARAM_PATTERN_MAX_BYTES
-        ));
+        return Err(format!("at most {} bytes", limits::PARAM_PATTERN_MAX_BYTES));
     }
     RegexBuilder::new(&format!("^(?:{pattern})$"))
         .size_limit(limits::PARAM_PATTERN_COMPILED_MAX_BYTES)
@@ -178,7 +182,7 @@ pub(super) fn bind(
 ) -> BTreeMap<String, String> {
     let mut values = BTreeMap::new();
     let given = match binding {
-        Binding::Check => &[][..],
+        Binding::Check | Binding::Off => &[][..],
         Binding::Values(given) => given,
     };
     for (name, value) in given {
@@ -190,7 +194,11 @@ pub(super) fn bind(
                 None,
                 format!(
                     "the pipeline declares no such parameter (declared: {})",
-                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
                 ),
             );
             continue;
@@ -214,7 +222,7 @@ pub(super) fn bind(
             (Some(default), _) => {
                 values.insert(declaration.name.clone(), default.clone());
             }
-            (None, Binding::Check) => {
+            (None, Binding::Check | Binding::Off) => {
                 values.insert(declaration.name.clone(), declaration.name.clone());
             }
             (None, Binding::Values(_)) => errors.push(
@@ -309,7 +317,11 @@ fn in_string(node: &mut Node, path: &str, values: &BTreeMap<String, String>, err
         out.push_str(&rest[..start]);
         let after = &rest[start + PREFIX.len()..];
         let Some(end) = after.find('}') else {
-            errors.push(path.to_owned(), node.line, "an unclosed ${params. reference");
+            errors.push(
+                path.to_owned(),
+                node.line,
+                "an unclosed ${params. reference",
+            );
             return;
         };
         let name = &after[..end];
@@ -328,4 +340,159 @@ fn in_string(node: &mut Node, path: &str, values: &BTreeMap<String, String>, err
     }
     out.push_str(rest);
     node.value = Value::Str(out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{FieldError, Format, parse_with};
+    use super::Binding;
+    use crate::pipeline::{Pipeline, StepAction};
+
+    const DOC: &str = "name: p
+params:
+  env: {default: staging, pattern: 'staging|prod', description: where}
+  tag: {pattern: '[0-9]+\\.[0-9]+'}
+  msg: {default: 'hello'}
+concurrency: {group: 'deploy-${params.env}'}
+steps:
+  - name: build
+    run: [echo, '${params.msg}', 'v${params.tag}-${params.env}']
+    env: {TARGET: '${params.env}', LITERAL: 'no $params here'}
+  - name: push
+    executor: kubernetes
+    image: 'registry.example/app:${params.tag}'
+";
+
+    fn bound(given: &[(&str, &str)]) -> Result<Pipeline, Vec<FieldError>> {
+        let given: Vec<(String, String)> = given
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        parse_with(DOC, Format::Yaml, Binding::Values(&given)).map(|o| o.pipeline)
+    }
+
+    fn argv(pipeline: &Pipeline, step: usize) -> Vec<String> {
+        match &pipeline.steps[step].action {
+            StepAction::Local(command) => command.argv.clone(),
+            other => panic!("not local: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn values_and_defaults_are_substituted_as_text_and_recorded() {
+        let pipeline = bound(&[("tag", "1.2"), ("msg", "a; rm -rf / $(x)")]).expect("valid");
+        assert_eq!(
+            argv(&pipeline, 0),
+            vec!["echo", "a; rm -rf / $(x)", "v1.2-staging"],
+            "one argv element per item, whatever the value holds"
+        );
+        let StepAction::Local(command) = &pipeline.steps[0].action else {
+            unreachable!()
+        };
+        assert!(command.env.contains(&("TARGET".into(), "staging".into())));
+        assert!(
+            command
+                .env
+                .contains(&("LITERAL".into(), "no $params here".into()))
+        );
+        let StepAction::Kubernetes(pod) = &pipeline.steps[1].action else {
+            panic!("a pod")
+        };
+        assert_eq!(pod.image, "registry.example/app:1.2");
+        assert_eq!(
+            pipeline.concurrency.as_ref().map(|c| c.group.as_str()),
+            Some("deploy-staging")
+        );
+        assert_eq!(
+            pipeline.params,
+            vec![
+                ("env".to_string(), "staging".to_string()),
+                ("msg".into(), "a; rm -rf / $(x)".into()),
+                ("tag".into(), "1.2".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_values_are_errors_naming_the_parameter() {
+        let cases: &[(&[(&str, &str)], &str, &str)] = &[
+            (&[], "params.tag", "required"),
+            (&[("tag", "1.x")], "params.tag", "does not match"),
+            (
+                &[("tag", "1.2"), ("nope", "1")],
+                "params.nope",
+                "no such parameter",
+            ),
+            (
+                &[("tag", "1.2"), ("env", "qa")],
+                "params.env",
+                "does not match",
+            ),
+            (&[("tag", "1.2"), ("msg", "two\nlines")], "params.msg", ""),
+            (&[("tag", "1.2"), ("tag", "1.3")], "params.tag", "twice"),
+        ];
+        for (given, field, message) in cases {
+            let errors = bound(given).expect_err(field);
+            assert!(
+                errors
+                    .iter()
+                    .any(|e| e.field == *field && e.message.contains(message) && e.line.is_none()),
+                "{given:?}: {errors:#?}"
+            );
+        }
+        let long = "1".repeat(crate::limits::PARAM_VALUE_MAX_BYTES + 1);
+        let errors = bound(&[("tag", &long)]).expect_err("long");
+        assert!(
+            errors.iter().any(|e| e.field == "params.tag"),
+            "{errors:#?}"
+        );
+    }
+
+    #[test]
+    fn declarations_and_references_are_checked_in_the_document() {
+        let check = |doc: &str| parse_with(doc, Format::Yaml, Binding::Check);
+        let errors = check("name: p\nsteps:\n  - name: s\n    run: [echo, '${params.who}']\n")
+            .expect_err("undeclared");
+        assert_eq!(errors[0].field, "steps[0].run[1]");
+        assert_eq!(errors[0].line, Some(4));
+        assert!(errors[0].message.contains("${params.who}"), "{errors:#?}");
+        for (doc, field) in [
+            ("params: {x: {pattern: '('}}", "params.x.pattern"),
+            (
+                "params: {x: {pattern: '[a-z]+', default: 'A'}}",
+                "params.x.default",
+            ),
+            ("params: {9x: {}}", "params.9x"),
+            ("params: {x: {colour: red}}", "params.x.colour"),
+            ("params: [x]", "params"),
+        ] {
+            let doc = format!("name: p\n{doc}\nsteps:\n  - name: s\n    run: [echo]\n");
+            let errors = check(&doc).expect_err(field);
+            assert!(
+                errors.iter().any(|e| e.field == field),
+                "{doc}: {errors:#?}"
+            );
+        }
+        // On its own a document with a required parameter is valid.
+        let outcome = check(DOC).expect("valid on its own");
+        assert!(outcome.pipeline.params.is_empty());
+        // A run stored before parameters existed keeps its text as it was.
+        let old = "name: p\nsteps:\n  - name: s\n    run: [echo, '${params.who}']\n";
+        let pipeline = parse_with(old, Format::Yaml, Binding::Off)
+            .expect("literal")
+            .pipeline;
+        assert_eq!(argv(&pipeline, 0), vec!["echo", "${params.who}"]);
+        // A substituted value meets its field's bounds.
+        let big = format!(
+            "name: p\nparams: {{v: {{}}}}\nsteps:\n  - name: s\n    run: [echo, '{}']\n",
+            "${params.v}".repeat(5)
+        );
+        let value = "x".repeat(crate::limits::PARAM_VALUE_MAX_BYTES);
+        let given = vec![("v".to_string(), value)];
+        let errors = parse_with(&big, Format::Yaml, Binding::Values(&given)).expect_err("too long");
+        assert!(
+            errors.iter().any(|e| e.field == "steps[0].run[1]"),
+            "{errors:#?}"
+        );
+    }
 }

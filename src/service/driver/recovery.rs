@@ -210,7 +210,11 @@ pub fn parse_stored(source: &PipelineSource) -> Result<Pipeline, String> {
         SourceFormat::Yaml => Format::Yaml,
         SourceFormat::Json => Format::Json,
     };
-    pipeline::parse(&source.text, format)
+    let binding = match &source.params {
+        Some(values) => pipeline::Binding::Values(values),
+        None => pipeline::Binding::Off,
+    };
+    pipeline::parse_with(&source.text, format, binding)
         .map(|outcome| outcome.pipeline)
         .map_err(|errors| {
             errors

@@ -554,6 +554,7 @@ impl From<PipelineSource> for domain::PipelineSource {
                 SourceFormat::Json => domain::SourceFormat::Json,
             },
             text: source.text,
+            params: None,
         }
     }
 }
