@@ -415,7 +415,12 @@ steps:
 
     #[test]
     fn bad_values_are_errors_naming_the_parameter() {
-        let cases: &[(&[(&str, &str)], &str, &str)] = &[
+        type Case = (
+            &'static [(&'static str, &'static str)],
+            &'static str,
+            &'static str,
+        );
+        let cases: &[Case] = &[
             (&[], "params.tag", "required"),
             (&[("tag", "1.x")], "params.tag", "does not match"),
             (
