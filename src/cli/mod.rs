@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::pipeline::{self, Format};
 use crate::service::{self, Settings, StateDir};
@@ -502,6 +502,14 @@ enum Command {
     Validate { file: PathBuf },
     /// Print the pipeline format's JSON Schema.
     Schema,
+    /// Print the shell completion script for SHELL (the .deb installs bash's, zsh's and
+    /// fish's).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page, roff, generated from these definitions (the .deb installs it).
+    Man,
     /// Print this build's version, the commit it was built from, and the store formats it
     /// writes and reads.
     Version {
@@ -796,6 +804,14 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             container.as_deref(),
             matches!(output, Output::Json),
         ),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "scarab", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Version { output } => {
             version(output);
             Ok(ExitCode::SUCCESS)

@@ -28,3 +28,28 @@ fn every_example_is_valid() {
     }
     assert!(count >= 4, "examples/ holds the four documented pipelines");
 }
+
+/// The shell completions and the man page the .deb installs are generated from the CLI's
+/// clap definitions and committed: they cannot drift from the binary.
+#[test]
+fn committed_completions_and_man_page_match_the_cli() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/generated");
+    for (args, file) in [
+        (&["completions", "bash"][..], "scarab.bash"),
+        (&["completions", "zsh"][..], "_scarab"),
+        (&["completions", "fish"][..], "scarab.fish"),
+        (&["man"][..], "scarab.1"),
+    ] {
+        let output = std::process::Command::new(crate::common::BIN)
+            .args(args)
+            .output()
+            .expect("scarab");
+        assert!(output.status.success(), "scarab {args:?}");
+        let committed = std::fs::read(dir.join(file)).expect("committed file");
+        assert!(
+            committed == output.stdout,
+            "packaging/generated/{file} is stale: regenerate it with `scarab {}`",
+            args.join(" ")
+        );
+    }
+}
