@@ -88,7 +88,7 @@ has_file usr/share/doc/scarab/examples/release.yaml -rw-r--r--
 has_file usr/share/bash-completion/completions/scarab -rw-r--r--
 has_file usr/share/zsh/vendor-completions/_scarab -rw-r--r--
 has_file usr/share/fish/vendor_completions.d/scarab.fish -rw-r--r--
-has_file usr/share/man/man1/scarab.1 -rw-r--r--
+has_file usr/share/man/man1/scarab.1.gz -rw-r--r--  # cargo-deb compresses man pages
 UNIT_PATH=$(awk '$6 ~ /^\.\/(usr\/)?lib\/systemd\/system\/scarab\.service$/ { print substr($6, 3) }' "$WORK/contents")
 [[ -n "$UNIT_PATH" ]] || die "the package lacks the unit scarab.service"
 has_file "$UNIT_PATH" -rw-r--r--
