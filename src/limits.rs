@@ -217,3 +217,22 @@ pub fn clip(text: &str, max_bytes: usize) -> String {
     }
     text[..end].to_string()
 }
+
+// --- Schedules ------------------------------------------------------------------------
+
+/// Schedules the store holds at most.
+pub const SCHEDULES_MAX: usize = 1000;
+/// A schedule's name: `check_admission_name` with this bound.
+pub const SCHEDULE_NAME_MAX_BYTES: usize = 63;
+/// A schedule's cron expression.
+pub const SCHEDULE_CRON_MAX_BYTES: usize = 128;
+/// A schedule's time zone name.
+pub const SCHEDULE_TIMEZONE_MAX_BYTES: usize = 64;
+/// A skipped fire's reason as stored.
+pub const SCHEDULE_REASON_MAX_BYTES: usize = 512;
+/// Missed fires counted one by one after downtime; beyond this a skip says "or more".
+pub const SCHEDULE_MISSED_COUNTED: u64 = 1000;
+/// Due schedules one batch of the driver takes.
+pub const SCHEDULE_FIRE_BATCH_MAX: usize = 64;
+/// Upcoming fires a schedule's answer lists.
+pub const SCHEDULE_UPCOMING: usize = 5;

@@ -545,3 +545,90 @@ impl ProgressDto {
         }
     }
 }
+
+/// A schedule, as every `/v1/schedules` route answers it (docs/schedules.md).
+#[derive(Serialize)]
+pub struct Schedule {
+    pub name: String,
+    pub cron: String,
+    pub timezone: String,
+    pub catch_up: &'static str,
+    pub overlap: &'static str,
+    pub paused: bool,
+    /// The pipeline's name.
+    pub pipeline: String,
+    pub params: std::collections::BTreeMap<String, String>,
+    pub created_at: String,
+    pub next_fire: Option<String>,
+    /// The next fire on the schedule's own clock, with its offset.
+    pub next_fire_local: Option<String>,
+    /// The next fires, the first of them `next_fire`; empty while paused.
+    pub upcoming: Vec<String>,
+    pub last_fire: Option<String>,
+    pub last_run: Option<String>,
+    /// The last run's state; `null` when it has been cleaned up or there is none.
+    pub last_run_state: Option<&'static str>,
+    pub runs_started: u64,
+    pub fires_skipped: u64,
+    pub last_skip: Option<ScheduleSkip>,
+}
+
+#[derive(Serialize)]
+pub struct ScheduleSkip {
+    pub at: String,
+    pub reason: String,
+}
+
+#[derive(Serialize)]
+pub struct ScheduleList {
+    pub schedules: Vec<Schedule>,
+}
+
+impl Schedule {
+    pub fn of(
+        stored: &crate::store::records::StoredSchedule,
+        last_run_state: Option<crate::engine::RunState>,
+    ) -> Schedule {
+        use crate::engine::schedule::Spec;
+        let schedule = &stored.schedule;
+        let spec = Spec::parse(&schedule.cron, &schedule.timezone).ok();
+        let mut upcoming = Vec::new();
+        if let (Some(spec), Some(first)) = (&spec, schedule.next_fire) {
+            let mut next = Some(first);
+            while let Some(at) = next.filter(|_| upcoming.len() < crate::limits::SCHEDULE_UPCOMING)
+            {
+                upcoming.push(rfc3339(at));
+                next = spec.next_after(at);
+            }
+        }
+        Schedule {
+            name: schedule.name.clone(),
+            cron: schedule.cron.clone(),
+            timezone: schedule.timezone.clone(),
+            catch_up: schedule.catch_up.as_str(),
+            overlap: schedule.overlap.as_str(),
+            paused: schedule.paused,
+            pipeline: stored.pipeline_name.clone(),
+            params: stored.source.params.iter().flatten().cloned().collect(),
+            created_at: rfc3339(schedule.created_at),
+            next_fire: schedule.next_fire.map(rfc3339),
+            next_fire_local: spec
+                .as_ref()
+                .zip(schedule.next_fire)
+                .and_then(|(spec, at)| spec.local_time(at)),
+            upcoming,
+            last_fire: schedule.last_fire.map(rfc3339),
+            last_run: schedule.last_run.map(|run| run.to_string()),
+            last_run_state: last_run_state.map(|state| state.as_str()),
+            runs_started: schedule.runs_started,
+            fires_skipped: schedule.fires_skipped,
+            last_skip: schedule
+                .last_skip
+                .as_ref()
+                .map(|(at, reason)| ScheduleSkip {
+                    at: rfc3339(*at),
+                    reason: reason.clone(),
+                }),
+        }
+    }
+}

@@ -11,7 +11,8 @@ use serde_json::json;
 use crate::engine::RejectedInput;
 use crate::pipeline::FieldError;
 use crate::service::{
-    DecideRejected, DlqRejected, OutputRejected, RunRejected, ServiceError, SubmitRejected,
+    DecideRejected, DlqRejected, OutputRejected, RunRejected, ScheduleRejected, ServiceError,
+    SubmitRejected,
 };
 use crate::store::StoreError;
 
@@ -132,6 +133,23 @@ impl Refusal for SubmitRejected {
         match self {
             SubmitRejected::IdempotencyConflict(_) => Some("Idempotency-Key".into()),
             SubmitRejected::Full { .. } | SubmitRejected::DiskFull => None,
+        }
+    }
+}
+
+impl Refusal for ScheduleRejected {
+    fn status(&self) -> StatusCode {
+        match self {
+            ScheduleRejected::NotFound(_) => StatusCode::NOT_FOUND,
+            ScheduleRejected::Exists(_) | ScheduleRejected::Full { .. } => StatusCode::CONFLICT,
+            ScheduleRejected::Invalid(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+    fn field(&self) -> Option<String> {
+        match self {
+            ScheduleRejected::NotFound(_) => None,
+            ScheduleRejected::Exists(_) | ScheduleRejected::Full { .. } => Some("name".into()),
+            ScheduleRejected::Invalid(_) => Some("cron".into()),
         }
     }
 }

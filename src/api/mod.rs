@@ -6,6 +6,7 @@ mod drain;
 pub mod dto;
 mod errors;
 pub mod listen;
+mod schedules;
 
 pub use errors::ApiError;
 
@@ -47,6 +48,13 @@ pub fn router(state: ApiState) -> Router {
         .route("/runs/{id}/gates/{step}/reject", post(reject_gate))
         .route("/runs/{id}/steps/{step}/logs", get(logs))
         .route("/queue", get(queue))
+        .route("/schedules", post(schedules::create).get(schedules::list))
+        .route(
+            "/schedules/{name}",
+            get(schedules::show).delete(schedules::delete),
+        )
+        .route("/schedules/{name}/pause", post(schedules::pause))
+        .route("/schedules/{name}/resume", post(schedules::resume))
         .route("/backup", post(backup))
         .route("/dlq", get(list_dead_letters))
         .route("/dlq/{id}", get(show_dead_letter))
@@ -311,6 +319,34 @@ fn body_format(headers: &HeaderMap, body: &[u8]) -> Format {
     }
 }
 
+/// A submitted pipeline document with its parameter values, validated and checked
+/// against what this service can run: a value that does not fit its parameter is a 400
+/// naming `params.NAME` (the request's fault, not the document's), anything else a 422
+/// listing every error.
+fn accept_pipeline(
+    state: &ApiState,
+    text: &str,
+    format: Format,
+    params: &[(String, String)],
+) -> Result<pipeline::ParseOutcome, ApiError> {
+    let outcome = pipeline::parse_with(text, format, pipeline::Binding::Values(params)).map_err(
+        |errors| match errors
+            .iter()
+            .find(|e| e.line.is_none() && e.field.starts_with("params."))
+        {
+            Some(error) => {
+                ApiError::field(StatusCode::BAD_REQUEST, &error.field, error.message.clone())
+            }
+            None => ApiError::invalid(&errors),
+        },
+    )?;
+    let refused = state.service.settings.check_pipeline(&outcome.pipeline);
+    if !refused.is_empty() {
+        return Err(ApiError::invalid(&refused));
+    }
+    Ok(outcome)
+}
+
 /// The run's parameter values: each `param=NAME=VALUE` of the query, in order. A `param`
 /// without `=` is a 400 naming `param`; the values are checked against the pipeline's
 /// declarations when it is parsed.
@@ -444,40 +480,7 @@ async fn submit(
     let text = std::str::from_utf8(&body)
         .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "body is not UTF-8"))?;
     let format = body_format(&headers, &body);
-    let outcome = pipeline::parse_with(text, format, pipeline::Binding::Values(&params)).map_err(
-        |errors| {
-            // A value that does not fit its parameter is the request's fault, not the
-            // document's: 400 naming `params.NAME`.
-            match errors
-                .iter()
-                .find(|e| e.line.is_none() && e.field.starts_with("params."))
-            {
-                Some(error) => {
-                    ApiError::field(StatusCode::BAD_REQUEST, &error.field, error.message.clone())
-                }
-                None => ApiError::invalid(&errors),
-            }
-        },
-    )?;
-    let missing = state
-        .service
-        .settings
-        .live()
-        .secrets
-        .check(&outcome.pipeline);
-    if !missing.is_empty() {
-        return Err(ApiError::invalid(&missing));
-    }
-    let mut refused = state
-        .service
-        .settings
-        .live()
-        .admission
-        .check(&outcome.pipeline);
-    refused.extend(state.service.settings.check_executors(&outcome.pipeline));
-    if !refused.is_empty() {
-        return Err(ApiError::invalid(&refused));
-    }
+    let outcome = accept_pipeline(&state, text, format, &params)?;
     let admission = query.admission(&outcome.pipeline)?;
     let source = PipelineSource {
         format: match format {

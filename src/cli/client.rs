@@ -11,13 +11,13 @@ use serde_json::Value;
 
 use super::{ClientArgs, Output};
 
-struct Client {
+pub(super) struct Client {
     agent: ureq::Agent,
     base: String,
     token: String,
 }
 
-struct Answer {
+pub(super) struct Answer {
     status: u16,
     /// Logs may hold any bytes; everything else is JSON text.
     bytes: Vec<u8>,
@@ -26,12 +26,12 @@ struct Answer {
 }
 
 impl Answer {
-    fn json(&self) -> anyhow::Result<Value> {
+    pub(super) fn json(&self) -> anyhow::Result<Value> {
         serde_json::from_str(&self.body)
             .with_context(|| format!("the service answered {} with non-JSON", self.status))
     }
 
-    fn ok(&self) -> bool {
+    pub(super) fn ok(&self) -> bool {
         (200..300).contains(&self.status)
     }
 
@@ -68,7 +68,7 @@ impl Answer {
 }
 
 impl Client {
-    fn new(args: &ClientArgs) -> anyhow::Result<Client> {
+    pub(super) fn new(args: &ClientArgs) -> anyhow::Result<Client> {
         let token = match (&args.token, &args.state_dir) {
             (Some(token), _) => token.clone(),
             (None, Some(dir)) => {
@@ -92,7 +92,7 @@ impl Client {
         })
     }
 
-    fn get(&self, path: &str) -> anyhow::Result<Answer> {
+    pub(super) fn get(&self, path: &str) -> anyhow::Result<Answer> {
         let response = self
             .agent
             .get(format!("{}{path}", self.base))
@@ -102,7 +102,7 @@ impl Client {
         answer(response)
     }
 
-    fn post(
+    pub(super) fn post(
         &self,
         path: &str,
         content_type: &str,
@@ -119,6 +119,18 @@ impl Client {
         }
         let response = request
             .send(body)
+            .with_context(|| format!("calling {}", self.base))?;
+        answer(response)
+    }
+}
+
+impl Client {
+    pub(super) fn delete(&self, path: &str) -> anyhow::Result<Answer> {
+        let response = self
+            .agent
+            .delete(format!("{}{path}", self.base))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .call()
             .with_context(|| format!("calling {}", self.base))?;
         answer(response)
     }
@@ -143,7 +155,7 @@ fn answer(mut response: ureq::http::Response<ureq::Body>) -> anyhow::Result<Answ
 }
 
 /// 4xx for bad input exits 2 (as `validate` does); anything else failing exits 1.
-fn fail(answer: &Answer) -> anyhow::Result<ExitCode> {
+pub(super) fn fail(answer: &Answer) -> anyhow::Result<ExitCode> {
     eprintln!("{}", answer.error());
     Ok(ExitCode::from(if (400..500).contains(&answer.status) {
         2
@@ -154,7 +166,7 @@ fn fail(answer: &Answer) -> anyhow::Result<ExitCode> {
 
 /// A string of the server's answer as the terminal may show it (`text::escape`): empty
 /// when it is not a string.
-fn shown(value: &Value) -> String {
+pub(super) fn shown(value: &Value) -> String {
     shown_or(value, "")
 }
 
@@ -162,7 +174,7 @@ fn shown_or(value: &Value, otherwise: &str) -> String {
     crate::text::escape(value.as_str().unwrap_or(otherwise)).into_owned()
 }
 
-fn print_json(value: &Value) -> anyhow::Result<()> {
+pub(super) fn print_json(value: &Value) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }

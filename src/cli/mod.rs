@@ -4,7 +4,9 @@
 mod client;
 pub(crate) mod explain;
 mod live;
+mod schedule;
 mod serve;
+mod table;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -414,6 +416,45 @@ enum DlqCommand {
     },
 }
 
+#[derive(Subcommand, Debug)]
+enum ScheduleCommand {
+    /// Create a schedule that starts FILE's pipeline at the times CRON names.
+    Create {
+        /// The schedule's name: 1 to 63 bytes of [A-Za-z0-9_.-].
+        name: String,
+        /// Five fields (minute hour day-of-month month day-of-week), or six with seconds
+        /// first, e.g. "0 2 * * *" (02:00 every day).
+        #[arg(long)]
+        cron: String,
+        /// An IANA time zone the expression is read in, e.g. Europe/Berlin [default: UTC].
+        #[arg(long)]
+        timezone: Option<String>,
+        /// The pipeline file; stored with the schedule when it is created.
+        file: PathBuf,
+        /// A value for one of the pipeline's `params` (repeatable).
+        #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+        params: Vec<(String, String)>,
+        /// Fires missed while the service was down: one run for all of them, or none
+        /// [default: one].
+        #[arg(long, value_parser = ["none", "one"])]
+        catch_up: Option<String>,
+        /// A fire while the previous run is unfinished: start anyway, or skip it
+        /// [default: allow].
+        #[arg(long, value_parser = ["allow", "skip"])]
+        overlap: Option<String>,
+    },
+    /// List every schedule: next fire (on its own clock) and last run.
+    List,
+    /// Show one schedule with its next fires and its last skipped fire.
+    Show { name: String },
+    /// Stop firing until resumed.
+    Pause { name: String },
+    /// Fire again, from the next fire after now (paused fires are not caught up).
+    Resume { name: String },
+    /// Delete a schedule; runs it started go on.
+    Delete { name: String },
+}
+
 /// What `scarab submit` may set for one run over its pipeline's admission keys.
 #[derive(clap::Args, Debug)]
 pub struct AdmissionArgs {
@@ -601,6 +642,13 @@ enum Command {
         client: ClientArgs,
     },
     /// The dead-letter queue: messages whose deliveries were exhausted.
+    /// Schedules: pipelines started at the times a cron expression names.
+    Schedule {
+        #[command(subcommand)]
+        action: ScheduleCommand,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
     Dlq {
         #[command(subcommand)]
         action: DlqCommand,
@@ -883,6 +931,33 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             decision,
             client,
         } => client::decide(&client, &run, &step, &decision, false),
+        Command::Schedule { action, client } => match action {
+            ScheduleCommand::Create {
+                name,
+                cron,
+                timezone,
+                file,
+                params,
+                catch_up,
+                overlap,
+            } => schedule::create(
+                &client,
+                &schedule::Create {
+                    name: &name,
+                    cron: &cron,
+                    timezone: timezone.as_deref(),
+                    file: &file,
+                    params: &params,
+                    catch_up: catch_up.as_deref(),
+                    overlap: overlap.as_deref(),
+                },
+            ),
+            ScheduleCommand::List => schedule::list(&client),
+            ScheduleCommand::Show { name } => schedule::show(&client, &name),
+            ScheduleCommand::Pause { name } => schedule::act(&client, &name, "pause"),
+            ScheduleCommand::Resume { name } => schedule::act(&client, &name, "resume"),
+            ScheduleCommand::Delete { name } => schedule::act(&client, &name, "delete"),
+        },
         Command::Dlq { action, client } => match action {
             DlqCommand::List { after, limit } => client::dlq_list(&client, after, limit),
             DlqCommand::Show { id } => client::dlq_show(&client, id),

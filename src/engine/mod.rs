@@ -14,6 +14,7 @@ pub mod ids;
 mod machine;
 pub mod retry;
 pub mod run_failure;
+pub mod schedule;
 #[cfg(test)]
 mod simulation;
 pub mod state;

@@ -20,6 +20,14 @@ pub struct FailureClassification {
 
 /// The origin of runs submitted through Scarab's own CLI and API without naming one.
 pub const LOCAL_ORIGIN: &str = "local";
+/// The origin of runs a schedule started is this followed by the schedule's name.
+pub const SCHEDULE_ORIGIN_PREFIX: &str = "schedule:";
+
+/// Whether Scarab itself started runs of this origin (its CLI and API, or a schedule),
+/// so nobody outside retries them: only such runs are auto-retried.
+pub fn is_own_origin(origin: &str) -> bool {
+    origin == LOCAL_ORIGIN || origin.starts_with(SCHEDULE_ORIGIN_PREFIX)
+}
 
 /// `None` while the run is in progress or succeeded.
 pub fn classify_run(run: &Run) -> Option<FailureClassification> {
@@ -145,7 +153,7 @@ fn attempt_failure(run: &Run) -> Option<FailureClassification> {
         category: undelivered.unwrap_or(class.as_str()),
         auto_retryable: undelivered.is_none()
             && class == FailureClass::InfraNeverStarted
-            && run.header.origin == LOCAL_ORIGIN
+            && is_own_origin(&run.header.origin)
             && run.header.cancel.is_none()
             && only_never_started(run),
         step: Some(run.pipeline.steps[step].name.clone()),

@@ -29,15 +29,15 @@ use crate::executor::kubernetes::KubeExecutor;
 use crate::executor::local::LocalExecutor;
 use crate::executor::{Executor, Report};
 use crate::pipeline::Pipeline;
-use crate::store::records::PipelineSource;
+use crate::store::records::{PipelineSource, StoredSchedule};
 use crate::store::{Store, StoreError};
 
 pub use driver::{parse_stored, rebuild as driver_rebuild};
 use protocol::{Answer, Command};
 pub use protocol::{
     DecideError, DecideRejected, Decided, DeliveryFailure, DlqError, DlqRejected, OutputError,
-    OutputRejected, RunActionError, RunRejected, ServiceError, SubmitError, SubmitRejected,
-    Submitted,
+    OutputRejected, RunActionError, RunRejected, ScheduleAction, ScheduleRejected, ServiceError,
+    SubmitError, SubmitRejected, Submitted,
 };
 
 /// Global settings of a service instance.
@@ -66,6 +66,23 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// Everything about a valid pipeline this service refuses as configured now: secrets
+    /// it does not hold, slots over a pool's limit or locks it does not name, Kubernetes
+    /// steps without a cluster. Checked at submit and at each scheduled fire.
+    pub fn check_pipeline(
+        &self,
+        pipeline: &crate::pipeline::Pipeline,
+    ) -> Vec<crate::pipeline::FieldError> {
+        let live = self.live();
+        let missing = live.secrets.check(pipeline);
+        if !missing.is_empty() {
+            return missing;
+        }
+        let mut refused = live.admission.check(pipeline);
+        refused.extend(self.check_executors(pipeline));
+        refused
+    }
+
     /// The current reloadable settings.
     pub fn live(&self) -> Arc<crate::config::Live> {
         self.live.load_full()
@@ -629,6 +646,32 @@ impl Service {
             run,
             from,
             by,
+            reply,
+        })
+        .await
+    }
+
+    pub async fn create_schedule(
+        &self,
+        schedule: StoredSchedule,
+    ) -> Result<StoredSchedule, ServiceError<ScheduleRejected>> {
+        self.request(|reply| Command::CreateSchedule {
+            schedule: Box::new(schedule),
+            reply,
+        })
+        .await
+    }
+
+    /// Pauses, resumes or deletes a schedule; the schedule as it is now, `None` once
+    /// deleted.
+    pub async fn schedule_action(
+        &self,
+        name: String,
+        action: ScheduleAction,
+    ) -> Result<Option<StoredSchedule>, ServiceError<ScheduleRejected>> {
+        self.request(|reply| Command::Schedule {
+            name,
+            action,
             reply,
         })
         .await

@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 
 use crate::engine::{Fence, GateDecision, RejectedInput, RunId, Timestamp};
 use crate::pipeline::Pipeline;
-use crate::store::records::PipelineSource;
+use crate::store::records::{PipelineSource, StoredSchedule};
 
 use super::sweep;
 
@@ -49,6 +49,28 @@ pub enum SubmitRejected {
     /// The state dir's disk is full: new runs wait until space returns.
     #[error("the state dir's disk is full; no run was created: submit again when space returns")]
     DiskFull,
+}
+
+/// Refusals of schedule commands.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleRejected {
+    #[error("schedule {0:?} not found")]
+    NotFound(String),
+    #[error("a schedule named {0:?} exists already; delete it first to replace it")]
+    Exists(String),
+    #[error("{limit} schedules exist, the most the store holds; delete one first")]
+    Full { limit: usize },
+    /// The stored expression no longer reads (a time zone this build does not know).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What an operator does to an existing schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScheduleAction {
+    Pause,
+    Resume,
+    Delete,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -129,6 +151,17 @@ pub struct QueueView {
 
 /// Everything the driver loop is asked, each with where its answer goes.
 pub enum Command {
+    /// A new schedule; the driver sets its creation time and first fire.
+    CreateSchedule {
+        schedule: Box<StoredSchedule>,
+        reply: Answer<StoredSchedule, ScheduleRejected>,
+    },
+    /// Pause, resume or delete a schedule: the schedule as it is now (`None` once deleted).
+    Schedule {
+        name: String,
+        action: ScheduleAction,
+        reply: Answer<Option<StoredSchedule>, ScheduleRejected>,
+    },
     Submit {
         source: PipelineSource,
         pipeline: Arc<Pipeline>,

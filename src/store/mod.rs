@@ -17,7 +17,8 @@ use redb::{
 
 use crate::engine::{Attempt, Fence, RunHeader, RunId, RunState, RunStep, Timestamp};
 use records::{
-    DeadLetter, HistoryRecord, OutboxMessage, PipelineSource, StoredRun, TimerKey, TimerKind,
+    DeadLetter, HistoryRecord, OutboxMessage, PipelineSource, StoredRun, StoredSchedule, TimerKey,
+    TimerKind,
 };
 
 /// Bumped when a table's layout or a record's meaning changes; `migrate` upgrades.
@@ -54,6 +55,10 @@ const DEAD_LETTERS: TableDefinition<u64, &[u8]> = TableDefinition::new("dead_let
 const AUTO_RETRY_DUE: TableDefinition<(u64, u128), ()> = TableDefinition::new("auto_retry_due");
 /// Idempotency-Key → run.
 const IDEMPOTENCY: TableDefinition<&str, u128> = TableDefinition::new("idempotency_keys");
+/// Schedules by name (`records::StoredSchedule`).
+const SCHEDULES: TableDefinition<&str, &[u8]> = TableDefinition::new("schedules");
+/// (next fire ms, name) of every schedule that is not paused: the schedules' timers.
+const SCHEDULE_DUE: TableDefinition<(u64, &str), ()> = TableDefinition::new("schedule_due");
 
 const META_SCHEMA_VERSION: &str = "schema_version";
 /// Set once the runs-per-state counters are kept (they are then exact).
@@ -310,6 +315,8 @@ impl Store {
             t.open_table(IDEMPOTENCY)?;
             t.open_table(DEAD_LETTERS)?;
             t.open_table(AUTO_RETRY_DUE)?;
+            t.open_table(SCHEDULES)?;
+            t.open_table(SCHEDULE_DUE)?;
         }
         // Runs-per-state counters, counted once for a store written before they existed.
         if tx.meta(META_RUN_COUNTS)?.is_none() {
@@ -651,6 +658,67 @@ impl WriteTx {
         self.inner.open_table(IDEMPOTENCY)?.insert(key, run.0)?;
         Ok(())
     }
+
+    pub fn schedule(&self, name: &str) -> Result<Option<StoredSchedule>, StoreError> {
+        read_schedule(&self.inner, name)
+    }
+
+    pub fn schedule_count(&self) -> Result<u64, StoreError> {
+        Ok(self.inner.open_table(SCHEDULES)?.len()?)
+    }
+
+    /// Writes a schedule and moves its timer: `was_due` is its next fire as stored
+    /// before (`None` for a new or paused one).
+    pub fn put_schedule(
+        &mut self,
+        stored: &StoredSchedule,
+        was_due: Option<Timestamp>,
+    ) -> Result<(), StoreError> {
+        let name = stored.schedule.name.as_str();
+        let bytes = codec::encode(stored)?;
+        self.inner
+            .open_table(SCHEDULES)?
+            .insert(name, bytes.as_slice())?;
+        let mut due = self.inner.open_table(SCHEDULE_DUE)?;
+        if let Some(was) = was_due {
+            due.remove((was.0, name))?;
+        }
+        if let Some(next) = stored.schedule.next_fire {
+            due.insert((next.0, name), ())?;
+        }
+        Ok(())
+    }
+
+    /// Deletes a schedule and its timer; whether there was one.
+    pub fn delete_schedule(&mut self, name: &str) -> Result<bool, StoreError> {
+        let Some(stored) = self.schedule(name)? else {
+            return Ok(false);
+        };
+        if let Some(next) = stored.schedule.next_fire {
+            self.inner
+                .open_table(SCHEDULE_DUE)?
+                .remove((next.0, name))?;
+        }
+        self.inner.open_table(SCHEDULES)?.remove(name)?;
+        Ok(true)
+    }
+
+    /// Up to `limit` schedules whose next fire is at or before `now`, earliest first
+    /// (their timers stay until `put_schedule` moves them).
+    pub fn due_schedules(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<(Timestamp, String)>, StoreError> {
+        let due = self.inner.open_table(SCHEDULE_DUE)?;
+        let mut found = Vec::new();
+        for entry in due.range(..(now.0.saturating_add(1), ""))?.take(limit) {
+            let key = entry?.0;
+            let (at, name) = key.value();
+            found.push((Timestamp(at), name.to_string()));
+        }
+        Ok(found)
+    }
 }
 
 pub struct ReadTx {
@@ -856,9 +924,30 @@ impl ReadTx {
         Ok(self.inner.open_table(OUTBOX)?.len()?)
     }
 
+    /// The earliest due time of any timer or schedule.
     pub fn next_timer_due(&self) -> Result<Option<Timestamp>, StoreError> {
         let timers = self.inner.open_table(TIMERS)?;
-        Ok(timers.first()?.map(|(k, _)| Timestamp(k.value().0)))
+        let timer = timers.first()?.map(|(k, _)| Timestamp(k.value().0));
+        let schedules = self.inner.open_table(SCHEDULE_DUE)?;
+        let schedule = schedules.first()?.map(|(k, _)| Timestamp(k.value().0));
+        Ok(match (timer, schedule) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
+    }
+
+    pub fn schedule(&self, name: &str) -> Result<Option<StoredSchedule>, StoreError> {
+        read_schedule(&self.inner, name)
+    }
+
+    /// Every schedule, by name (at most `limits::SCHEDULES_MAX` exist).
+    pub fn schedules(&self) -> Result<Vec<StoredSchedule>, StoreError> {
+        let table = self.inner.open_table(SCHEDULES)?;
+        let mut found = Vec::new();
+        for entry in table.iter()?.take(crate::limits::SCHEDULES_MAX) {
+            found.push(codec::decode(entry?.1.value())?);
+        }
+        Ok(found)
     }
 
     /// Up to `limit` runs of the auto-retry index eligible at or before `now`, earliest
@@ -934,6 +1023,14 @@ impl Tables for redb::WriteTransaction {
     ) -> Result<impl ReadableTable<K, V> + '_, StoreError> {
         Ok(self.open_table(definition)?)
     }
+}
+
+fn read_schedule(tables: &impl Tables, name: &str) -> Result<Option<StoredSchedule>, StoreError> {
+    let table = tables.table(SCHEDULES)?;
+    let value = table.get(name)?;
+    value
+        .map(|v| codec::decode(v.value()).map_err(StoreError::from))
+        .transpose()
 }
 
 fn read_run_header(tables: &impl Tables, run: RunId) -> Result<Option<RunHeader>, StoreError> {
@@ -1044,8 +1141,14 @@ fn copy_table<K: redb::Key + 'static, V: redb::Value + 'static>(
     definition: TableDefinition<K, V>,
 ) -> Result<(String, u64), StoreError> {
     use redb::TableHandle;
-    let source = read.open_table(definition)?;
     let mut target = write.open_table(definition)?;
+    // A table newer than the store (an older build wrote it) copies as empty.
+    let source = match read.open_table(definition) {
+        Err(redb::TableError::TableDoesNotExist(_)) => {
+            return Ok((definition.name().to_string(), 0));
+        }
+        other => other?,
+    };
     let mut rows = 0;
     for entry in source.iter()? {
         let (key, value) = entry?;
@@ -1060,10 +1163,12 @@ fn count_table<K: redb::Key + 'static, V: redb::Value + 'static>(
     definition: TableDefinition<K, V>,
 ) -> Result<(String, u64), StoreError> {
     use redb::TableHandle;
-    Ok((
-        definition.name().to_string(),
-        read.open_table(definition)?.len()?,
-    ))
+    let rows = match read.open_table(definition) {
+        // A table newer than the store (an older build wrote it) counts as empty.
+        Err(redb::TableError::TableDoesNotExist(_)) => 0,
+        other => other?.len()?,
+    };
+    Ok((definition.name().to_string(), rows))
 }
 
 macro_rules! for_each_table {
@@ -1083,6 +1188,8 @@ macro_rules! for_each_table {
             $f($($arg,)* DEAD_LETTERS)?,
             $f($($arg,)* AUTO_RETRY_DUE)?,
             $f($($arg,)* IDEMPOTENCY)?,
+            $f($($arg,)* SCHEDULES)?,
+            $f($($arg,)* SCHEDULE_DUE)?,
         ]
     };
 }

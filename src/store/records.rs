@@ -278,6 +278,15 @@ pub struct StoredRun {
     pub steps: Vec<crate::engine::RunStep>,
 }
 
+/// A schedule with the pipeline it starts, its parameter values included.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredSchedule {
+    pub schedule: crate::engine::schedule::Schedule,
+    pub source: PipelineSource,
+    /// The pipeline's `name`, kept for lists (the source is parsed only to fire).
+    pub pipeline_name: String,
+}
+
 /// Implements [`Record`] for a stored kind: `to` makes the current format's record from a
 /// value, and each `format => from` reads one format's record back.
 macro_rules! record {
@@ -316,6 +325,9 @@ record!(PipelineSource, "pipeline",
     to: v5::PipelineSource::from,
     2..=4 => |r: v2::PipelineSource| Ok(PipelineSource::from(r)),
     5 => |r: v5::PipelineSource| PipelineSource::try_from(r));
+record!(StoredSchedule, "schedule",
+    to: v5::Schedule::from,
+    5 => |r: v5::Schedule| StoredSchedule::try_from(r));
 record!(OutboxMessage, "outbox_message",
     to: v5::OutboxMessage::from,
     2 => |r: v2::OutboxMessage| OutboxMessage::try_from(r),

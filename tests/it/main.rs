@@ -23,6 +23,7 @@ mod openapi;
 mod operations;
 mod outputs;
 mod retry_matrix;
+mod schedules;
 mod schema;
 mod secrets;
 mod torture;

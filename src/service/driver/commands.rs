@@ -11,6 +11,18 @@ impl<E: Executor> Driver<E> {
         batch: &mut Batch,
     ) -> Result<(), StoreError> {
         match command {
+            Command::CreateSchedule { schedule, reply } => {
+                let created = self.create_schedule(tx, *schedule, now)?;
+                batch.replies.push(answer(reply, created));
+            }
+            Command::Schedule {
+                name,
+                action,
+                reply,
+            } => {
+                let result = self.schedule_action(tx, &name, action, now)?;
+                batch.replies.push(answer(reply, result));
+            }
             Command::Submit {
                 source,
                 pipeline,

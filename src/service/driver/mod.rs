@@ -15,6 +15,7 @@ mod commands;
 mod deliveries;
 mod effects;
 mod recovery;
+mod schedules;
 
 pub(crate) use effects::timer_key;
 pub use recovery::{parse_stored, rebuild};
@@ -66,6 +67,8 @@ pub struct Driver<E: Executor> {
     reserve: std::path::PathBuf,
     /// The clock skew last logged.
     reported_skew_ms: i64,
+    /// When this process's driver started: schedule fires due before it were missed.
+    started_at: Timestamp,
 }
 
 /// What one batch changed, to write once per run at its end.
@@ -185,6 +188,7 @@ impl<E: Executor> Driver<E> {
         }
         let result = self.store.write().and_then(|mut tx| {
             self.fire_timers(&mut tx, now, &mut batch)?;
+            self.fire_schedules(&mut tx, now, &mut batch)?;
             for item in pending {
                 match item {
                     Pending::Command(command) => {

@@ -28,8 +28,11 @@ impl<E: Executor> Driver<E> {
             reserve,
             reported_skew_ms: 0,
             metrics,
+            started_at: Timestamp(0),
         };
         driver.reload().await?;
+        // Schedule fires due before now came due while no service ran: missed.
+        driver.started_at = clock::now();
         Ok(driver)
     }
 
