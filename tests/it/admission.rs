@@ -189,6 +189,22 @@ fn local_pool(server: &Server) -> (u64, u64) {
     )
 }
 
+/// One sample of `/metrics`, named with its labels as the text format writes them
+/// (`scarab_pool_slots_used{pool="local"}`).
+fn metric(server: &Server, sample: &str) -> f64 {
+    let text = common::agent()
+        .get(format!("{}/metrics", server.url))
+        .call()
+        .expect("metrics")
+        .body_mut()
+        .read_to_string()
+        .expect("text");
+    text.lines()
+        .find_map(|line| line.strip_prefix(sample)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no sample {sample} in:\n{text}"))
+}
+
 /// The fences the steps wrote, each line one run of a step.
 fn written_fences(out: &Path) -> Vec<u64> {
     std::fs::read_to_string(out)
@@ -259,6 +275,18 @@ fn a_pool_of_4_never_runs_more_and_admits_by_priority_then_submit_order() {
         "{queue:#}"
     );
     assert_eq!(queue["pools"][0]["used"], 4);
+    assert_eq!(
+        metric(&server, "scarab_pool_slots_used{pool=\"local\"}"),
+        4.0
+    );
+    assert_eq!(
+        metric(&server, "scarab_pool_slots_limit{pool=\"local\"}"),
+        4.0
+    );
+    assert_eq!(
+        metric(&server, "scarab_queued_steps{reason=\"pool\"}"),
+        load_runs() as f64
+    );
 
     let sampler = Sampler::start(marker);
     std::fs::write(&go, b"").expect("go");
@@ -283,6 +311,13 @@ fn a_pool_of_4_never_runs_more_and_admits_by_priority_then_submit_order() {
     minted.sort_unstable();
     assert_eq!(written, minted, "each step ran exactly once");
     assert_eq!(local_pool(&server), (0, 4), "the pool drained");
+    assert_eq!(
+        metric(&server, "scarab_pool_slots_used{pool=\"local\"}"),
+        0.0
+    );
+    assert_eq!(metric(&server, "scarab_queued_steps{reason=\"pool\"}"), 0.0);
+    // Every load step waited in the queue, and its wait was observed once it was admitted.
+    assert!(metric(&server, "scarab_queued_duration_seconds_count") >= load_runs() as f64);
     let kinds = server.history_kinds(last);
     assert!(kinds.iter().any(|k| k == "admitted"), "{kinds:?}");
     server.kill9();

@@ -29,10 +29,11 @@
 //! on every container of the Pod, init containers included: they are the user's code too,
 //! and an init container that ran may have had side effects.
 //!
-//! Decision on init containers: an init container that terminated non-zero is the step's
-//! code giving a failing verdict, so the class is `step` (reason names the init container,
-//! `exit_code` is its code) while `started` stays false (the main process never ran). An
-//! init container that was OOMKilled is `infra_post_start`; one that failed to exec
+//! Decision on init containers: Scarab writes none, so an init container in the Pod was
+//! injected (an admission webhook's mesh set-up or secret agent). One that terminated
+//! non-zero or was OOMKilled means the step's own code never ran: the class is
+//! `infra_never_started` with `started: false` (rules `init-container-failed`,
+//! `init-oom-killed`), and the reason names the container. One that failed to exec
 //! (StartError / ContainerCannotRun) is judged like the main container. An init container
 //! waiting on an image pull or a config error follows the waiting rules below.
 //!
