@@ -95,6 +95,14 @@ pub const API_PAGE_DEFAULT: usize = 50;
 pub const API_PAGE_MAX: usize = 500;
 pub const IDEMPOTENCY_KEY_MAX_BYTES: usize = 200;
 pub const HISTORY_PAGE_MAX: usize = 1000;
+/// The newest events `GET /v1/events` keeps for clients that resume with `Last-Event-ID`.
+pub const EVENTS_BUFFER: usize = 8192;
+/// Open `GET /v1/events` streams at most; one more is refused with 503.
+pub const EVENT_STREAMS_MAX: usize = 64;
+/// An event stream with nothing to send sends a comment this often.
+pub const EVENTS_KEEPALIVE: Duration = Duration::from_secs(15);
+/// Events a stream takes from the buffer at a time.
+pub const EVENTS_CHUNK: usize = 256;
 /// Largest slice of a step log returned by one request.
 pub const LOG_CHUNK_MAX_BYTES: u64 = 1024 * 1024;
 pub const ORIGIN_MAX_BYTES: usize = 100;

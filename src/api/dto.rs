@@ -428,6 +428,14 @@ impl HistoryEvent {
     }
 }
 
+/// One event of `GET /v1/events`: a history event and its run.
+#[derive(Serialize)]
+pub struct StreamEvent {
+    pub run: String,
+    #[serde(flatten)]
+    pub event: HistoryEvent,
+}
+
 #[derive(Serialize)]
 pub struct HistoryPage {
     pub events: Vec<HistoryEvent>,

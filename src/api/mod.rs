@@ -5,6 +5,7 @@ pub mod auth;
 mod drain;
 pub mod dto;
 mod errors;
+mod events;
 pub mod listen;
 mod schedules;
 
@@ -47,6 +48,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/runs/{id}/gates/{step}/approve", post(approve_gate))
         .route("/runs/{id}/gates/{step}/reject", post(reject_gate))
         .route("/runs/{id}/steps/{step}/logs", get(logs))
+        .route("/events", get(events::stream))
         .route("/queue", get(queue))
         .route("/schedules", post(schedules::create).get(schedules::list))
         .route(

@@ -148,6 +148,8 @@ async fn serve_async(
     if let Some(stop) = stop_tx.take() {
         let _ = stop.send(());
     }
+    // Event streams never end on their own: they would hold up the listener's stop.
+    service.events.close();
     let orderly = async {
         let _ = server.await;
         running.stop().await;

@@ -8,6 +8,7 @@ mod crash_sim;
 pub mod disk;
 mod dispatch;
 mod driver;
+pub mod events;
 pub mod forward_progress;
 mod history;
 pub mod protocol;
@@ -205,6 +206,8 @@ pub struct Service {
     pub sweep_stats: Arc<sweep::SweepStats>,
     /// Prometheus metrics (`/metrics`).
     pub metrics: Arc<crate::metrics::Metrics>,
+    /// Run and step changes as they commit (`GET /v1/events`).
+    pub events: Arc<events::Events>,
     /// What keeps local steps away from Scarab's files on this kernel.
     pub step_isolation: crate::executor::local::confine::Isolation,
     /// The last forward-progress check and when it ran.
@@ -396,6 +399,7 @@ pub(crate) async fn start_on<E: Executor>(
     let (ready_tx, ready_rx) = watch::channel(false);
     let outbox = dispatch::Outbox::new();
     let metrics: Arc<crate::metrics::Metrics> = Arc::default();
+    let events: Arc<events::Events> = Arc::default();
 
     let reserve = state_dir.reserve();
     if let Err(error) = disk::make_reserve(&reserve) {
@@ -408,6 +412,7 @@ pub(crate) async fn start_on<E: Executor>(
         outbox.clone(),
         metrics.clone(),
         reserve,
+        events.clone(),
     )
     .await?;
     let driver = tokio::spawn(driver.run(commands_rx, reports_rx, shutdown_rx.clone(), ready_tx));
@@ -439,6 +444,7 @@ pub(crate) async fn start_on<E: Executor>(
         progress: Arc::default(),
         sweep_stats,
         metrics,
+        events,
     };
     service.wait_ready().await;
     Ok(Running {

@@ -348,6 +348,7 @@ impl Store {
         inner.set_durability(Durability::Immediate)?;
         Ok(WriteTx {
             inner,
+            appended: Vec::new(),
             #[cfg(test)]
             crash: self.crash.clone(),
         })
@@ -371,11 +372,19 @@ fn migrate(tx: &mut WriteTx, from: u64) -> Result<(), StoreError> {
 
 pub struct WriteTx {
     inner: redb::WriteTransaction,
+    /// History records appended in this transaction, for the live event stream once it
+    /// committed (`take_appended`).
+    appended: Vec<(RunId, u32, HistoryRecord)>,
     #[cfg(test)]
     crash: Option<std::sync::Arc<CrashPlan>>,
 }
 
 impl WriteTx {
+    /// The history records appended so far (in order), to publish once committed.
+    pub fn take_appended(&mut self) -> Vec<(RunId, u32, HistoryRecord)> {
+        std::mem::take(&mut self.appended)
+    }
+
     pub fn commit(self) -> Result<(), StoreError> {
         #[cfg(test)]
         match self.crash.as_ref().and_then(|plan| plan.at_commit()) {
@@ -519,6 +528,7 @@ impl WriteTx {
             return Ok(false);
         }
         history.insert((run.0, next), codec::encode(record)?.as_slice())?;
+        self.appended.push((run, next, record.clone()));
         Ok(true)
     }
 

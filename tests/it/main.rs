@@ -12,6 +12,7 @@ mod appliance;
 mod connections;
 mod crash;
 mod edge;
+mod events;
 mod explain_pod;
 mod fixture_stores;
 mod gates;

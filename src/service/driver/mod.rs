@@ -69,6 +69,8 @@ pub struct Driver<E: Executor> {
     reported_skew_ms: i64,
     /// When this process's driver started: schedule fires due before it were missed.
     started_at: Timestamp,
+    /// The live event stream: each batch's history records once it committed.
+    events: Arc<super::events::Events>,
 }
 
 /// What one batch changed, to write once per run at its end.
@@ -201,13 +203,15 @@ impl<E: Executor> Driver<E> {
             self.flush(&mut tx, &batch)?;
             tx.set_fence_next(self.fences.next_value())?;
             tx.set_clock(now)?;
-            tx.commit()
+            let appended = tx.take_appended();
+            tx.commit().map(|()| appended)
         });
         match result {
-            Ok(()) => {
+            Ok(appended) => {
                 self.metrics
                     .commit_seconds
                     .observe(started.elapsed().as_secs_f64());
+                self.events.publish(appended);
                 self.after_commit(batch)
             }
             Err(error) => {

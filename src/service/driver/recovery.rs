@@ -11,6 +11,7 @@ impl<E: Executor> Driver<E> {
         outbox: Outbox,
         metrics: Arc<crate::metrics::Metrics>,
         reserve: std::path::PathBuf,
+        events: Arc<crate::service::events::Events>,
     ) -> Result<Driver<E>, StoreError> {
         let engine = Engine::new(settings.engine.clone());
         let scheduler = Scheduler::new(settings.live().admission.clone());
@@ -29,6 +30,7 @@ impl<E: Executor> Driver<E> {
             reported_skew_ms: 0,
             metrics,
             started_at: Timestamp(0),
+            events,
         };
         driver.reload().await?;
         // Schedule fires due before now came due while no service ran: missed.
