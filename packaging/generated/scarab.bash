@@ -527,12 +527,20 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__config__subcmd__check)
-            opts="-h --help"
+            opts="-o -h --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1801,7 +1809,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__run)
-            opts="-h --state-dir --param --default-step-timeout --infra-retries --kill-grace --config --max-deliveries --log-retention --kubeconfig --kube-in-cluster --kube-namespace --kube-grace-image-pull --kube-grace-config --kube-grace-unschedulable --kube-grace-pending --kube-delete-grace --kube-callback-url --help"
+            opts="-o -h --state-dir --param --output --default-step-timeout --infra-retries --kill-grace --config --max-deliveries --log-retention --kubeconfig --kube-in-cluster --kube-namespace --kube-grace-image-pull --kube-grace-config --kube-grace-unschedulable --kube-grace-pending --kube-delete-grace --kube-callback-url --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1813,6 +1821,14 @@ _scarab() {
                     ;;
                 --param)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
                     return 0
                     ;;
                 --default-step-timeout)
@@ -1886,7 +1902,7 @@ _scarab() {
             fi
             case "${prev}" in
                 --state)
-                    COMPREPLY=($(compgen -f "${cur}"))
+                    COMPREPLY=($(compgen -W "queued running waiting succeeded failed dead_lettered cancelled quarantined" -- "${cur}"))
                     return 0
                     ;;
                 --limit)
@@ -2501,12 +2517,20 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__validate)
-            opts="-h --help"
+            opts="-o -h --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
+                --output)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table json" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;

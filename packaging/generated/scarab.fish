@@ -29,7 +29,7 @@ complete -c scarab -n "__fish_scarab_needs_command" -s V -l version -d 'Print ve
 complete -c scarab -n "__fish_scarab_needs_command" -f -a "serve" -d 'Run the service: HTTP API, engine and executors'
 complete -c scarab -n "__fish_scarab_needs_command" -f -a "config" -d 'The configuration file'
 complete -c scarab -n "__fish_scarab_needs_command" -f -a "run" -d 'Run one pipeline in-process to completion with live progress. Exits 0 if it succeeded, 1 if it failed or was dead-lettered, 2 for invalid input'
-complete -c scarab -n "__fish_scarab_needs_command" -f -a "validate" -d 'Check a pipeline file: exits 0 when valid, 2 with every error on stderr when not'
+complete -c scarab -n "__fish_scarab_needs_command" -f -a "validate" -d 'Check a pipeline file: exits 0 when valid, 2 with every error on stderr (with `-o json`, in the JSON on stdout) when not'
 complete -c scarab -n "__fish_scarab_needs_command" -f -a "schema" -d 'Print the pipeline format\'s JSON Schema'
 complete -c scarab -n "__fish_scarab_needs_command" -f -a "completions" -d 'Print the shell completion script for SHELL (the .deb installs bash\'s, zsh\'s and fish\'s)'
 complete -c scarab -n "__fish_scarab_needs_command" -f -a "man" -d 'Print the man page, roff, generated from these definitions (the .deb installs it)'
@@ -40,8 +40,8 @@ complete -c scarab -n "__fish_scarab_needs_command" -f -a "queue" -d 'Admission 
 complete -c scarab -n "__fish_scarab_needs_command" -f -a "runs" -d 'List runs, newest first'
 complete -c scarab -n "__fish_scarab_needs_command" -f -a "show" -d 'Show one run with every attempt, fence, class and reason'
 complete -c scarab -n "__fish_scarab_needs_command" -f -a "logs" -d 'Print a step\'s log (stdout by default; the last attempt unless --attempt)'
-complete -c scarab -n "__fish_scarab_needs_command" -f -a "schedule" -d 'The dead-letter queue: messages whose deliveries were exhausted. Schedules: pipelines started at the times a cron expression names'
-complete -c scarab -n "__fish_scarab_needs_command" -f -a "dlq" -d 'Options of every command that talks to a running service'
+complete -c scarab -n "__fish_scarab_needs_command" -f -a "schedule" -d 'Schedules: pipelines started at the times a cron expression names'
+complete -c scarab -n "__fish_scarab_needs_command" -f -a "dlq" -d 'The dead-letter queue: messages whose deliveries were exhausted'
 complete -c scarab -n "__fish_scarab_needs_command" -f -a "backup" -d 'Write a consistent snapshot of the running service\'s whole state to FILE (admin token), fsynced and verified'
 complete -c scarab -n "__fish_scarab_needs_command" -f -a "restore" -d 'Replace a stopped service\'s store with a backup: the file is validated, the old store kept aside as scarab.redb.before-restore-TIME, and the swap is atomic'
 complete -c scarab -n "__fish_scarab_needs_command" -f -a "requeue" -d 'Release a quarantined run: a fresh try of its failed steps, with new fences'
@@ -79,11 +79,15 @@ complete -c scarab -n "__fish_scarab_using_subcommand serve" -s h -l help -d 'Pr
 complete -c scarab -n "__fish_scarab_using_subcommand config; and not __fish_seen_subcommand_from check help" -s h -l help -d 'Print help'
 complete -c scarab -n "__fish_scarab_using_subcommand config; and not __fish_seen_subcommand_from check help" -f -a "check" -d 'Validate a config file with the `SCARAB_*` overrides applied: exit 0 when valid, 2 with the offending key on stderr when not'
 complete -c scarab -n "__fish_scarab_using_subcommand config; and not __fish_seen_subcommand_from check help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c scarab -n "__fish_scarab_using_subcommand config; and __fish_seen_subcommand_from check" -s o -l output -d 'Output format' -r -f -a "table\t''
+json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand config; and __fish_seen_subcommand_from check" -s h -l help -d 'Print help'
 complete -c scarab -n "__fish_scarab_using_subcommand config; and __fish_seen_subcommand_from help" -f -a "check" -d 'Validate a config file with the `SCARAB_*` overrides applied: exit 0 when valid, 2 with the offending key on stderr when not'
 complete -c scarab -n "__fish_scarab_using_subcommand config; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c scarab -n "__fish_scarab_using_subcommand run" -l state-dir -d 'Where to keep state [default: $XDG_STATE_HOME/scarab/run/<dir>-<hash>, one per working directory, under ~/.local/state without XDG_STATE_HOME]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand run" -l param -d 'A value for one of the pipeline\'s `params` (repeatable)' -r
+complete -c scarab -n "__fish_scarab_using_subcommand run" -s o -l output -d 'Output format: `json` prints the finished run\'s detail (as `GET /v1/runs/{id}` answers it) on stdout; the progress stays on stderr' -r -f -a "table\t''
+json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand run" -l default-step-timeout -d 'Step timeout for steps that name none [default: 1h; file: engine.default_step_timeout]' -r
 complete -c scarab -n "__fish_scarab_using_subcommand run" -l infra-retries -d 'Never-started retries every step gets, 0..=20 [default: 3; file: engine.infra_retries]' -r
 complete -c scarab -n "__fish_scarab_using_subcommand run" -l kill-grace -d 'Grace between SIGTERM and SIGKILL when Scarab stops a step [default: 5s]' -r
@@ -100,6 +104,8 @@ complete -c scarab -n "__fish_scarab_using_subcommand run" -l kube-delete-grace 
 complete -c scarab -n "__fish_scarab_using_subcommand run" -l kube-callback-url -d 'The API\'s URL as the cluster\'s Pods reach it (`http://10.0.0.5:7300`); set, Pod steps get SCARAB_URL and their attempt\'s token to report outputs [default: none; file: kubernetes.callback_url]' -r
 complete -c scarab -n "__fish_scarab_using_subcommand run" -l kube-in-cluster -d 'Run `executor: kubernetes` steps with the in-cluster service account'
 complete -c scarab -n "__fish_scarab_using_subcommand run" -s h -l help -d 'Print help'
+complete -c scarab -n "__fish_scarab_using_subcommand validate" -s o -l output -d 'Output format' -r -f -a "table\t''
+json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand validate" -s h -l help -d 'Print help'
 complete -c scarab -n "__fish_scarab_using_subcommand schema" -s h -l help -d 'Print help'
 complete -c scarab -n "__fish_scarab_using_subcommand completions" -s h -l help -d 'Print help'
@@ -135,9 +141,16 @@ complete -c scarab -n "__fish_scarab_using_subcommand queue" -l state-dir -d 'St
 complete -c scarab -n "__fish_scarab_using_subcommand queue" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand queue" -s h -l help -d 'Print help'
-complete -c scarab -n "__fish_scarab_using_subcommand runs" -l state -r
-complete -c scarab -n "__fish_scarab_using_subcommand runs" -l limit -r
-complete -c scarab -n "__fish_scarab_using_subcommand runs" -l cursor -r
+complete -c scarab -n "__fish_scarab_using_subcommand runs" -l state -d 'Only runs in this state' -r -f -a "queued\t''
+running\t''
+waiting\t''
+succeeded\t''
+failed\t''
+dead_lettered\t''
+cancelled\t''
+quarantined\t''"
+complete -c scarab -n "__fish_scarab_using_subcommand runs" -l limit -d 'Runs listed at most (1 to 500)' -r
+complete -c scarab -n "__fish_scarab_using_subcommand runs" -l cursor -d 'Go on from where the previous page ended (the `--cursor` it printed)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand runs" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand runs" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand runs" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
@@ -234,8 +247,8 @@ complete -c scarab -n "__fish_scarab_using_subcommand dlq; and not __fish_seen_s
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and not __fish_seen_subcommand_from list show requeue discard help" -f -a "requeue" -d 'Put it back in the outbox with a fresh delivery budget (its run resumes)'
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and not __fish_seen_subcommand_from list show requeue discard help" -f -a "discard" -d 'Drop it for good; the reason is recorded in the run\'s history'
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and not __fish_seen_subcommand_from list show requeue discard help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from list" -l after -r
-complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from list" -l limit -r
+complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from list" -l after -d 'Start after this dead letter\'s id (the `--after` the previous page printed)' -r
+complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from list" -l limit -d 'Dead letters listed at most' -r
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from list" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from list" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from list" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
@@ -254,7 +267,7 @@ complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subco
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -s h -l help -d 'Print help'
-complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l reason -r
+complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l reason -d 'Why, kept in the run\'s history' -r
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
@@ -266,14 +279,14 @@ complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subco
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from help" -f -a "requeue" -d 'Put it back in the outbox with a fresh delivery budget (its run resumes)'
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from help" -f -a "discard" -d 'Drop it for good; the reason is recorded in the run\'s history'
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c scarab -n "__fish_scarab_using_subcommand backup" -l out -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand backup" -l out -d 'Where to write the backup; an existing file is never overwritten' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand backup" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand backup" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand backup" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand backup" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand backup" -s h -l help -d 'Print help'
-complete -c scarab -n "__fish_scarab_using_subcommand restore" -l state-dir -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand restore" -l state-dir -d 'The state dir of the stopped service whose store is replaced' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand restore" -s h -l help -d 'Print help'
 complete -c scarab -n "__fish_scarab_using_subcommand requeue" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand requeue" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
@@ -281,7 +294,7 @@ complete -c scarab -n "__fish_scarab_using_subcommand requeue" -l state-dir -d '
 complete -c scarab -n "__fish_scarab_using_subcommand requeue" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand requeue" -s h -l help -d 'Print help'
-complete -c scarab -n "__fish_scarab_using_subcommand discard" -l reason -r
+complete -c scarab -n "__fish_scarab_using_subcommand discard" -l reason -d 'Why, kept in the run\'s history' -r
 complete -c scarab -n "__fish_scarab_using_subcommand discard" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand discard" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand discard" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
@@ -342,7 +355,7 @@ complete -c scarab -n "__fish_scarab_using_subcommand supervise" -s h -l help -d
 complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "serve" -d 'Run the service: HTTP API, engine and executors'
 complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "config" -d 'The configuration file'
 complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "run" -d 'Run one pipeline in-process to completion with live progress. Exits 0 if it succeeded, 1 if it failed or was dead-lettered, 2 for invalid input'
-complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "validate" -d 'Check a pipeline file: exits 0 when valid, 2 with every error on stderr when not'
+complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "validate" -d 'Check a pipeline file: exits 0 when valid, 2 with every error on stderr (with `-o json`, in the JSON on stdout) when not'
 complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "schema" -d 'Print the pipeline format\'s JSON Schema'
 complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "completions" -d 'Print the shell completion script for SHELL (the .deb installs bash\'s, zsh\'s and fish\'s)'
 complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "man" -d 'Print the man page, roff, generated from these definitions (the .deb installs it)'
@@ -353,8 +366,8 @@ complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_
 complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "runs" -d 'List runs, newest first'
 complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "show" -d 'Show one run with every attempt, fence, class and reason'
 complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "logs" -d 'Print a step\'s log (stdout by default; the last attempt unless --attempt)'
-complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "schedule" -d 'The dead-letter queue: messages whose deliveries were exhausted. Schedules: pipelines started at the times a cron expression names'
-complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "dlq" -d 'Options of every command that talks to a running service'
+complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "schedule" -d 'Schedules: pipelines started at the times a cron expression names'
+complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "dlq" -d 'The dead-letter queue: messages whose deliveries were exhausted'
 complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "backup" -d 'Write a consistent snapshot of the running service\'s whole state to FILE (admin token), fsynced and verified'
 complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "restore" -d 'Replace a stopped service\'s store with a backup: the file is validated, the old store kept aside as scarab.redb.before-restore-TIME, and the swap is atomic'
 complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "requeue" -d 'Release a quarantined run: a fresh try of its failed steps, with new fences'

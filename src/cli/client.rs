@@ -4,12 +4,12 @@
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use super::{ClientArgs, Output};
+use super::{ClientArgs, Output, table};
 
 pub(super) struct Client {
     agent: ureq::Agent,
@@ -69,6 +69,7 @@ impl Answer {
 
 impl Client {
     pub(super) fn new(args: &ClientArgs) -> anyhow::Result<Client> {
+        let base = base_url(&args.url)?;
         let token = match (&args.token, &args.state_dir) {
             (Some(token), _) => token.clone(),
             (None, Some(dir)) => {
@@ -85,11 +86,7 @@ impl Client {
             .timeout_global(Some(Duration::from_secs(30)))
             .build()
             .into();
-        Ok(Client {
-            agent,
-            base: args.url.trim_end_matches('/').to_string(),
-            token,
-        })
+        Ok(Client { agent, base, token })
     }
 
     pub(super) fn get(&self, path: &str) -> anyhow::Result<Answer> {
@@ -134,6 +131,23 @@ impl Client {
             .with_context(|| format!("calling {}", self.base))?;
         answer(response)
     }
+}
+
+/// `--url` checked before anything is sent: a scheme and a host, nothing after the path.
+fn base_url(url: &str) -> anyhow::Result<String> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        bail!("--url {url}: no scheme; write http://{url} (or https://…)");
+    };
+    if !matches!(scheme, "http" | "https") {
+        bail!("--url {url}: the scheme must be http or https, not {scheme:?}");
+    }
+    if rest.is_empty() || rest.starts_with('/') {
+        bail!("--url {url}: no host");
+    }
+    if rest.contains(['?', '#']) {
+        bail!("--url {url}: a base URL has no query or fragment");
+    }
+    Ok(url.trim_end_matches('/').to_string())
 }
 
 fn answer(mut response: ureq::http::Response<ureq::Body>) -> anyhow::Result<Answer> {
@@ -268,17 +282,10 @@ fn follow(client: &Client, run: &str, output: Output) -> anyhow::Result<ExitCode
             state,
             "succeeded" | "failed" | "dead_lettered" | "cancelled" | "quarantined"
         ) {
-            let failure = &detail["failure_classification"];
-            if failure.is_object() {
-                eprintln!(
-                    "run {run} {state}: {} in step {} ({})",
-                    shown(&failure["category"]),
-                    shown(&failure["step"]),
-                    shown(&failure["reason"])
-                );
-            } else {
-                eprintln!("run {run} {state}");
-            }
+            eprintln!(
+                "{}",
+                super::live::verdict_line(run, state, &failure_of(&detail))
+            );
             if let Output::Json = output {
                 print_json(&detail)?;
             }
@@ -315,24 +322,47 @@ pub fn runs(
         print_json(&value)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "{:<28} {:<20} {:<14} {:<26} WHY",
-        "ID", "PIPELINE", "STATE", "UPDATED"
+    print!(
+        "{}",
+        render_runs(&value, SystemTime::now(), table::Width::Terminal)
     );
-    for run in value["runs"].as_array().into_iter().flatten() {
-        let why = why(run);
-        println!(
-            "{:<28} {:<20} {:<14} {:<26} {why}",
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Whether a run in this state has ended.
+fn ended(state: &str) -> bool {
+    matches!(
+        state,
+        "succeeded" | "failed" | "dead_lettered" | "cancelled" | "quarantined"
+    )
+}
+
+/// `scarab runs` for people: a page of runs, how old each is and how long it took (or
+/// has taken so far), and why it did not succeed.
+pub(super) fn render_runs(page: &Value, now: SystemTime, width: table::Width) -> String {
+    let mut rows = table::new(&["ID", "PIPELINE", "STATE", "AGE", "TOOK", "WHY"], width);
+    table::keep_whole(&mut rows, &[0, 2, 3, 4]);
+    for run in page["runs"].as_array().into_iter().flatten() {
+        let state = shown(&run["state"]);
+        let end = if ended(&state) {
+            &run["updated_at"]
+        } else {
+            &Value::Null
+        };
+        rows.add_row(vec![
             shown(&run["id"]),
             shown(&run["pipeline"]),
-            shown(&run["state"]),
-            shown(&run["updated_at"])
-        );
+            state,
+            table::age(&run["created_at"], now),
+            table::took(&run["created_at"], end, now),
+            why(run),
+        ]);
     }
-    if let Some(next) = value["next_cursor"].as_str() {
-        println!("(more: --cursor {next})");
+    let mut text = table::render(&rows);
+    if let Some(next) = page["next_cursor"].as_str() {
+        text.push_str(&format!("(more: --cursor {})\n", crate::text::escape(next)));
     }
-    Ok(ExitCode::SUCCESS)
+    text
 }
 
 /// A gate in `scarab show`: who decided what and when, or what it waits for.
@@ -382,79 +412,103 @@ pub fn show(args: &ClientArgs, run: &str) -> anyhow::Result<ExitCode> {
         print_json(&value)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "run {}  pipeline {}  state {}",
-        shown(&value["id"]),
-        shown(&value["pipeline"]),
-        shown(&value["state"])
+    print!(
+        "{}",
+        render_show(&value, SystemTime::now(), table::Width::Terminal)
     );
-    println!(
-        "created {}  updated {}",
-        shown(&value["created_at"]),
-        shown(&value["updated_at"])
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `scarab show` for people: the run, why it did not succeed (a sentence), and a table
+/// of its steps with one row per attempt; a step's name and state only on its first row,
+/// the CLASS column only ever a failure class (`-` while there is none).
+pub(super) fn render_show(run: &Value, now: SystemTime, width: table::Width) -> String {
+    let state = shown(&run["state"]);
+    let end = if ended(&state) {
+        &run["updated_at"]
+    } else {
+        &Value::Null
+    };
+    let mut text = format!(
+        "run {}  pipeline {}  state {state}\ncreated {}  updated {}  took {}\n",
+        shown(&run["id"]),
+        shown(&run["pipeline"]),
+        shown(&run["created_at"]),
+        shown(&run["updated_at"]),
+        table::took(&run["created_at"], end, now),
     );
-    let standing = why(&value);
+    let standing = why(run);
     if standing.starts_with("auto-retrying") || standing.starts_with("quarantined") {
-        println!("{standing}");
+        text.push_str(&format!("{standing}\n"));
     }
-    if let Some(c) = value["failure_classification"].as_object() {
-        println!(
-            "failure: {} in step {} ({}), auto-retryable: {}",
-            shown(&c["category"]),
-            shown_or(&c["step"], "-"),
-            shown(&c["reason"]),
-            c["auto_retryable"]
-        );
+    let failure = failure_of(run);
+    if !failure.is_empty() {
+        let retryable = if run["failure_classification"]["auto_retryable"] == true {
+            "auto-retryable"
+        } else {
+            "not auto-retryable"
+        };
+        text.push_str(&format!("{failure} ({retryable})\n"));
     }
-    println!(
-        "{:<20} {:<14} {:>7} {:>7}  {:<20} {:<9} REASON",
-        "STEP", "STATE", "ATTEMPT", "FENCE", "CLASS", "EXIT"
+    let mut rows = table::new(
+        &[
+            "STEP", "STATE", "ATTEMPT", "FENCE", "CLASS", "EXIT", "TOOK", "REASON",
+        ],
+        width,
     );
-    for step in value["steps"].as_array().into_iter().flatten() {
-        let attempts = step["attempts"].as_array().cloned().unwrap_or_default();
+    table::keep_whole(&mut rows, &[1, 2, 3, 4, 5, 6]);
+    for step in run["steps"].as_array().into_iter().flatten() {
+        let mut name = shown(&step["name"]);
+        let mut state = shown(&step["state"]);
+        let mut first = |rest: [String; 6]| {
+            let mut row = vec![std::mem::take(&mut name), std::mem::take(&mut state)];
+            row.extend(rest);
+            rows.add_row(row);
+        };
+        let blank = || ["", "", "", "", ""].map(String::from);
         if let Some(gate) = step["gate"].as_object() {
-            println!(
-                "{:<20} {:<14} {}",
-                shown(&step["name"]),
-                shown(&step["state"]),
-                gate_line(gate)
-            );
+            let [a, b, c, d, e] = blank();
+            first([a, b, c, d, e, gate_line(gate)]);
             continue;
         }
         if let Some(wait) = step["waiting_for"].as_object() {
-            println!(
-                "{:<20} {:<14} waits for {} {} (position {}) since {}",
-                shown(&step["name"]),
-                shown(&step["state"]),
-                shown(&wait["reason"]),
-                shown(&wait["name"]),
-                wait["position"],
-                shown(&wait["since"])
-            );
-        } else if attempts.is_empty() {
-            println!("{:<20} {:<14}", shown(&step["name"]), shown(&step["state"]));
+            let [a, b, c, d, e] = blank();
+            first([
+                a,
+                b,
+                c,
+                d,
+                e,
+                format!(
+                    "waits for {} {} (position {}) for {}",
+                    shown(&wait["reason"]),
+                    shown(&wait["name"]),
+                    wait["position"],
+                    table::age(&wait["since"], now)
+                ),
+            ]);
         }
-        for attempt in attempts {
-            println!(
-                "{:<20} {:<14} {:>7} {:>7}  {:<20} {:<9} {}",
-                shown(&step["name"]),
-                shown(&step["state"]),
-                attempt["number"],
-                attempt["fence"],
-                if attempt["class"].is_string() {
-                    shown(&attempt["class"])
-                } else {
-                    shown(&attempt["state"])
-                },
+        let attempts = step["attempts"].as_array().cloned().unwrap_or_default();
+        if attempts.is_empty() && !step["waiting_for"].is_object() {
+            let [a, b, c, d, e] = blank();
+            first([a, b, c, d, e, shown(&step["reason"])]);
+        }
+        for attempt in &attempts {
+            first([
+                attempt["number"].to_string(),
+                attempt["fence"].to_string(),
+                shown_or(&attempt["class"], "-"),
                 attempt["exit_code"]
                     .as_i64()
-                    .map(|c| c.to_string())
-                    .unwrap_or_default(),
-                shown(&attempt["reason"])
-            );
+                    .map_or_else(|| "-".to_string(), |c| c.to_string()),
+                table::took(&attempt["started_at"], &attempt["finished_at"], now),
+                shown(&attempt["reason"]),
+            ]);
         }
     }
-    Ok(ExitCode::SUCCESS)
+    text.push('\n');
+    text.push_str(&table::render(&rows));
+    text
 }
 
 pub fn logs(
@@ -618,6 +672,21 @@ pub fn retry(args: &ClientArgs, run: &str, from: Option<&str>) -> anyhow::Result
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Why a run (its detail or summary) did not succeed, as a sentence; empty when it did
+/// or is still going.
+fn failure_of(run: &Value) -> String {
+    let failure = &run["failure_classification"];
+    if !failure.is_object() {
+        return String::new();
+    }
+    let step = shown(&failure["step"]);
+    super::live::failure_sentence(
+        &shown(&failure["category"]),
+        (!step.is_empty()).then_some(step.as_str()),
+        &shown(&failure["reason"]),
+    )
 }
 
 /// The WHY of a run for people: its failure category, and where the auto-retry sweep
@@ -796,26 +865,29 @@ pub fn queue(args: &ClientArgs, limit: usize) -> anyhow::Result<ExitCode> {
         print_json(&value)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{:<12} {:>6} {:>6}", "POOL", "USED", "LIMIT");
+    let now = SystemTime::now();
+    let width = table::Width::Terminal;
+    let mut pools = table::new(&["POOL", "USED", "LIMIT"], width);
     for pool in value["pools"].as_array().into_iter().flatten() {
-        println!(
-            "{:<12} {:>6} {:>6}",
+        pools.add_row(vec![
             shown(&pool["name"]),
-            pool["used"],
-            pool["limit"]
-        );
+            pool["used"].to_string(),
+            pool["limit"].to_string(),
+        ]);
     }
+    table::print(&pools);
     let locks = value["locks"].as_array().cloned().unwrap_or_default();
     if !locks.is_empty() {
-        println!("\n{:<24} {:>6} {:>6}", "LOCK", "HELD", "LIMIT");
+        let mut rows = table::new(&["LOCK", "HELD", "LIMIT"], width);
         for lock in &locks {
-            println!(
-                "{:<24} {:>6} {:>6}",
+            rows.add_row(vec![
                 shown(&lock["name"]),
-                lock["held"],
-                lock["limit"]
-            );
+                lock["held"].to_string(),
+                lock["limit"].to_string(),
+            ]);
         }
+        println!();
+        table::print(&rows);
     }
     let queued = value["queued"].as_array().cloned().unwrap_or_default();
     let waiting = &value["waiting"];
@@ -830,21 +902,21 @@ pub fn queue(args: &ClientArgs, limit: usize) -> anyhow::Result<ExitCode> {
     if queued.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "{:<28} {:<20} {:<12} {:<24} {:>8}  SINCE",
-        "RUN", "STEP", "WAITS FOR", "NAME", "POSITION"
+    let mut rows = table::new(
+        &["RUN", "STEP", "WAITS FOR", "NAME", "POSITION", "WAITING"],
+        width,
     );
     for entry in &queued {
-        println!(
-            "{:<28} {:<20} {:<12} {:<24} {:>8}  {}",
+        rows.add_row(vec![
             shown(&entry["run"]),
             shown(&entry["step"]),
             shown(&entry["reason"]),
             shown(&entry["name"]),
-            entry["position"],
-            shown(&entry["since"])
-        );
+            entry["position"].to_string(),
+            table::age(&entry["since"], now),
+        ]);
     }
+    table::print(&rows);
     if (queued.len() as u64) < total {
         println!("({} more: --limit)", total - queued.len() as u64);
     }
@@ -866,21 +938,21 @@ pub fn dlq_list(args: &ClientArgs, after: Option<u64>, limit: usize) -> anyhow::
         print_json(&value)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
-        "{:<8} {:<8} {:<28} {:<22} {:>10}  LAST ERROR",
-        "ID", "KIND", "RUN", "CATEGORY", "DELIVERIES"
+    let mut rows = table::new(
+        &["ID", "KIND", "RUN", "CATEGORY", "DELIVERIES", "LAST ERROR"],
+        table::Width::Terminal,
     );
     for letter in value["dead_letters"].as_array().into_iter().flatten() {
-        println!(
-            "{:<8} {:<8} {:<28} {:<22} {:>10}  {}",
-            letter["id"],
+        rows.add_row(vec![
+            letter["id"].to_string(),
             shown(&letter["kind"]),
             shown(&letter["run"]),
             shown(&letter["category"]),
-            letter["deliveries"],
-            shown(&letter["last_error"])
-        );
+            letter["deliveries"].to_string(),
+            shown(&letter["last_error"]),
+        ]);
     }
+    table::print(&rows);
     if let Some(next) = value["next_after"].as_u64() {
         println!("(more: --after {next})");
     }
@@ -945,4 +1017,91 @@ pub fn output_set(key: &str, value: &str) -> anyhow::Result<ExitCode> {
         return fail(&answer);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod golden {
+    //! What `scarab show` and `scarab runs` print for a fixed answer of the API, held
+    //! in `tests/golden/`: any change to these tables shows up in review as a change to
+    //! those files (`SCARAB_UPDATE_GOLDEN=1 cargo test --lib golden` rewrites them).
+    use super::*;
+
+    fn golden(name: &str, rendered: &str) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden")
+            .join(name);
+        if std::env::var_os("SCARAB_UPDATE_GOLDEN").is_some() {
+            std::fs::write(&path, rendered).unwrap();
+        }
+        let expected = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            rendered,
+            expected,
+            "{} differs; rendered:\n{rendered}",
+            path.display()
+        );
+    }
+
+    fn input(name: &str) -> Value {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden")
+            .join(name);
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    fn now() -> SystemTime {
+        humantime::parse_rfc3339("2026-12-04T10:10:00Z").unwrap()
+    }
+
+    #[test]
+    fn show_prints_the_golden_table() {
+        let run = input("run_detail.json");
+        golden(
+            "show.txt",
+            &render_show(&run, now(), table::Width::Fixed(400)),
+        );
+    }
+
+    #[test]
+    fn runs_prints_the_golden_table() {
+        let page = input("runs_page.json");
+        golden(
+            "runs.txt",
+            &render_runs(&page, now(), table::Width::Fixed(400)),
+        );
+    }
+
+    #[test]
+    fn a_narrow_terminal_wraps_cells_and_keeps_every_column_in_line() {
+        let run = input("run_detail.json");
+        let text = render_show(&run, now(), table::Width::Fixed(90));
+        let table: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("STEP"))
+            .collect();
+        let header = table[0];
+        let starts: Vec<usize> = [
+            "STATE", "ATTEMPT", "FENCE", "CLASS", "EXIT", "TOOK", "REASON",
+        ]
+        .iter()
+        .map(|h| header.find(h).unwrap())
+        .collect();
+        for line in &table {
+            assert!(line.chars().count() <= 90, "wider than 90: {line:?}");
+            // A cell starts only where a column does: each character right after a run of
+            // two spaces (or at the start) is at a column start.
+            let bytes = line.as_bytes();
+            for i in 1..bytes.len() {
+                if bytes[i] != b' ' && bytes[i - 1] == b' ' && i >= 2 && bytes[i - 2] == b' ' {
+                    assert!(
+                        starts.contains(&i),
+                        "a cell at {i} is out of line: {line:?}"
+                    );
+                }
+            }
+        }
+        // The long step name and reason wrapped inside their columns.
+        assert!(table.len() > 6, "{text}");
+        assert!(text.contains("build-"), "{text}");
+    }
 }

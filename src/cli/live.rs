@@ -83,7 +83,14 @@ impl Progress {
     }
 
     pub fn show(&mut self, view: &View) {
-        let lines: Vec<String> = view.steps.iter().map(step_line).collect();
+        // Every step's columns start where the longest name ends.
+        let width = view
+            .steps
+            .iter()
+            .map(|s| s.name.chars().count())
+            .max()
+            .unwrap_or(0);
+        let lines: Vec<String> = view.steps.iter().map(|s| step_line(s, width)).collect();
         let mut err = std::io::stderr().lock();
         if self.terminal {
             if self.drawn_lines > 0 {
@@ -210,11 +217,11 @@ fn step_of_detail(step: &Value, now: Timestamp) -> StepView {
     }
 }
 
-fn step_line(step: &StepView) -> String {
+fn step_line(step: &StepView, width: usize) -> String {
     let name = &step.name;
     let state = &step.state;
     let Some(attempt) = &step.attempt else {
-        return format!("{name:<24} {state}");
+        return format!("{name:<width$}  {state}");
     };
     let class = attempt
         .class
@@ -222,9 +229,68 @@ fn step_line(step: &StepView) -> String {
         .map(|c| format!("  class {c}"))
         .unwrap_or_default();
     format!(
-        "{name:<24} {state:<28} attempt {:<2} fence {:<6} {:>6.1}s{class}",
+        "{name:<width$}  {state:<28} attempt {:<2} fence {:<6} {:>6.1}s{class}",
         attempt.number,
         attempt.fence,
         attempt.elapsed.as_secs_f64()
     )
+}
+
+/// Why a run did not succeed, as a sentence: `step build failed: exit code 101`,
+/// `step deploy timed out: …`. The category decides the verb; the reason is the
+/// executor's own words.
+pub fn failure_sentence(category: &str, step: Option<&str>, reason: &str) -> String {
+    let what = step.map_or_else(|| "the run".to_string(), |step| format!("step {step}"));
+    match category {
+        "step" => format!("{what} failed: {reason}"),
+        "timeout" => format!("{what} timed out: {reason}"),
+        "config" => format!("{what} could not run as configured: {reason}"),
+        "infra_never_started" => format!("{what} never started: {reason}"),
+        "infra_post_start" => {
+            format!("{what} was stopped by the infrastructure after it started: {reason}")
+        }
+        "lost" => format!("{what} was lost and may have run: {reason}"),
+        "gate" => match step {
+            Some(gate) => format!("gate {gate} stopped the run: {reason}"),
+            None => format!("a gate stopped the run: {reason}"),
+        },
+        "budget" => format!("the run's budget ran out: {reason}"),
+        "cancelled" => reason.to_string(),
+        other => format!("{what} failed ({other}): {reason}"),
+    }
+}
+
+/// The last line of a followed run: `run ID succeeded`, or `run ID failed: ` and why.
+pub fn verdict_line(id: &str, state: &str, why: &str) -> String {
+    if why.is_empty() {
+        format!("run {id} {state}")
+    } else {
+        format!("run {id} {state}: {why}")
+    }
+}
+
+#[cfg(test)]
+mod sentence_tests {
+    use super::*;
+
+    #[test]
+    fn failures_read_as_sentences() {
+        assert_eq!(
+            failure_sentence("step", Some("build"), "exit code 101"),
+            "step build failed: exit code 101"
+        );
+        assert_eq!(
+            failure_sentence("timeout", Some("t"), "timed out after 1s"),
+            "step t timed out: timed out after 1s"
+        );
+        assert_eq!(
+            failure_sentence("cancelled", None, "cancelled by admin"),
+            "cancelled by admin"
+        );
+        assert_eq!(
+            verdict_line("R", "failed", "step b failed: exit code 1"),
+            "run R failed: step b failed: exit code 1"
+        );
+        assert_eq!(verdict_line("R", "succeeded", ""), "run R succeeded");
+    }
 }

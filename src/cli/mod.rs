@@ -17,7 +17,7 @@ use anyhow::Context;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 use crate::pipeline::{self, Format};
-use crate::service::{self, Settings, StateDir};
+use crate::service::{self, Settings, StartError, StateDir};
 use crate::store::records::{PipelineSource, SourceFormat};
 
 #[derive(Parser)]
@@ -293,6 +293,9 @@ enum ConfigCommand {
     Check {
         /// Default: $SCARAB_CONFIG, else /etc/scarab/scarab.toml.
         file: Option<PathBuf>,
+        /// Output format.
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
+        output: Output,
     },
 }
 
@@ -303,6 +306,7 @@ fn restore(file: &Path, state_dir: &Path) -> anyhow::Result<ExitCode> {
     let target = StateDir::new(state_dir).database();
     std::fs::create_dir_all(state_dir)?;
     // The live store must not be open: redb locks it while the service runs.
+    crate::service::check_state_dir_free(state_dir)?;
     if target.exists() {
         match crate::store::Store::open(&target) {
             Ok(store) => drop(store),
@@ -353,7 +357,7 @@ fn bail_restore(target: &Path, error: &str) -> anyhow::Result<()> {
 /// The packaged config file's place.
 pub const DEFAULT_CONFIG: &str = "/etc/scarab/scarab.toml";
 
-fn config_check(file: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+fn config_check(file: Option<PathBuf>, output: Output) -> anyhow::Result<ExitCode> {
     let path = file
         .or_else(|| std::env::var_os("SCARAB_CONFIG").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
@@ -368,22 +372,44 @@ fn config_check(file: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     });
     match checked {
         Ok((config, live)) => {
-            println!(
-                "{}: valid (state_dir {}, listen {}, {} webhook(s), {} token(s), auto-retry {})",
-                path.display(),
-                config
-                    .state_dir
-                    .as_ref()
-                    .map_or("unset".to_string(), |d| d.display().to_string()),
-                config.listen.as_deref().unwrap_or("127.0.0.1:7300"),
-                live.webhooks.len(),
-                live.tokens.len(),
-                if live.auto_retry.enabled { "on" } else { "off" }
-            );
+            let state_dir = config.state_dir.as_ref().map(|d| d.display().to_string());
+            let listen = config.listen.as_deref().unwrap_or("127.0.0.1:7300");
+            let auto_retry = if live.auto_retry.enabled { "on" } else { "off" };
+            match output {
+                Output::Json => println!(
+                    "{}",
+                    serde_json::json!({
+                        "file": path.display().to_string(),
+                        "valid": true,
+                        "state_dir": state_dir,
+                        "listen": listen,
+                        "webhooks": live.webhooks.len(),
+                        "tokens": live.tokens.len(),
+                        "auto_retry": live.auto_retry.enabled,
+                    })
+                ),
+                Output::Table => println!(
+                    "{}: valid (state_dir {}, listen {listen}, {} webhook(s), {} token(s), auto-retry {auto_retry})",
+                    path.display(),
+                    state_dir.as_deref().unwrap_or("unset"),
+                    live.webhooks.len(),
+                    live.tokens.len(),
+                ),
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(error) => {
-            eprintln!("error: {error}");
+            match output {
+                Output::Json => println!(
+                    "{}",
+                    serde_json::json!({
+                        "file": path.display().to_string(),
+                        "valid": false,
+                        "error": error.to_string(),
+                    })
+                ),
+                Output::Table => eprintln!("error: {error}"),
+            }
             Ok(ExitCode::from(2))
         }
     }
@@ -392,25 +418,40 @@ fn config_check(file: Option<PathBuf>) -> anyhow::Result<ExitCode> {
 #[derive(Subcommand)]
 enum OutputCommand {
     /// Store KEY = VALUE for this attempt; refused (exit 2) if a newer attempt exists.
-    Set { key: String, value: String },
+    Set {
+        /// The output's name: 1 to 64 characters of [A-Za-z0-9_.-].
+        key: String,
+        /// Its value, as text.
+        value: String,
+    },
 }
 
 #[derive(Subcommand)]
 enum DlqCommand {
     /// List dead letters, oldest first.
     List {
+        /// Start after this dead letter's id (the `--after` the previous page printed).
         #[arg(long)]
         after: Option<u64>,
+        /// Dead letters listed at most.
         #[arg(long, default_value_t = 50)]
         limit: usize,
     },
     /// Show one dead letter.
-    Show { id: u64 },
+    Show {
+        /// The dead letter's id, as `scarab dlq list` printed it.
+        id: u64,
+    },
     /// Put it back in the outbox with a fresh delivery budget (its run resumes).
-    Requeue { id: u64 },
+    Requeue {
+        /// The dead letter's id, as `scarab dlq list` printed it.
+        id: u64,
+    },
     /// Drop it for good; the reason is recorded in the run's history.
     Discard {
+        /// The dead letter's id, as `scarab dlq list` printed it.
         id: u64,
+        /// Why, kept in the run's history.
         #[arg(long)]
         reason: String,
     },
@@ -446,13 +487,25 @@ enum ScheduleCommand {
     /// List every schedule: next fire (on its own clock) and last run.
     List,
     /// Show one schedule with its next fires and its last skipped fire.
-    Show { name: String },
+    Show {
+        /// The schedule's name.
+        name: String,
+    },
     /// Stop firing until resumed.
-    Pause { name: String },
+    Pause {
+        /// The schedule's name.
+        name: String,
+    },
     /// Fire again, from the next fire after now (paused fires are not caught up).
-    Resume { name: String },
+    Resume {
+        /// The schedule's name.
+        name: String,
+    },
     /// Delete a schedule; runs it started go on.
-    Delete { name: String },
+    Delete {
+        /// The schedule's name.
+        name: String,
+    },
 }
 
 /// What `scarab submit` may set for one run over its pipeline's admission keys.
@@ -528,6 +581,7 @@ enum Command {
     /// Run one pipeline in-process to completion with live progress. Exits 0 if it
     /// succeeded, 1 if it failed or was dead-lettered, 2 for invalid input.
     Run {
+        /// The pipeline file (YAML, or JSON when it ends in .json).
         file: PathBuf,
         /// Where to keep state [default: $XDG_STATE_HOME/scarab/run/<dir>-<hash>, one per
         /// working directory, under ~/.local/state without XDG_STATE_HOME].
@@ -536,16 +590,28 @@ enum Command {
         /// A value for one of the pipeline's `params` (repeatable).
         #[arg(long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
         params: Vec<(String, String)>,
+        /// Output format: `json` prints the finished run's detail (as `GET /v1/runs/{id}`
+        /// answers it) on stdout; the progress stays on stderr.
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
+        output: Output,
         #[command(flatten)]
         engine: EngineArgs,
     },
-    /// Check a pipeline file: exits 0 when valid, 2 with every error on stderr when not.
-    Validate { file: PathBuf },
+    /// Check a pipeline file: exits 0 when valid, 2 with every error on stderr (with
+    /// `-o json`, in the JSON on stdout) when not.
+    Validate {
+        /// The pipeline file (YAML, or JSON when it ends in .json).
+        file: PathBuf,
+        /// Output format.
+        #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
     /// Print the pipeline format's JSON Schema.
     Schema,
     /// Print the shell completion script for SHELL (the .deb installs bash's, zsh's and
     /// fish's).
     Completions {
+        /// The shell.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
@@ -561,6 +627,7 @@ enum Command {
     /// Judge a Pod (`kubectl get pod NAME -o json` or `-o yaml`; `-` reads stdin) exactly
     /// as the Kubernetes executor would. Exits 2 when the input is not a Pod.
     ExplainPod {
+        /// The Pod document, JSON or YAML; `-` reads stdin.
         file: PathBuf,
         /// Judge as of this time (RFC 3339); default: now.
         #[arg(long)]
@@ -574,6 +641,7 @@ enum Command {
     },
     /// Submit a pipeline to a running service; prints the run id.
     Submit {
+        /// The pipeline file (YAML, or JSON when it ends in .json).
         file: PathBuf,
         /// Print only the run id.
         #[arg(short, long)]
@@ -607,10 +675,16 @@ enum Command {
     },
     /// List runs, newest first.
     Runs {
-        #[arg(long)]
+        /// Only runs in this state.
+        #[arg(long, value_parser = [
+            "queued", "running", "waiting", "succeeded", "failed", "dead_lettered",
+            "cancelled", "quarantined",
+        ])]
         state: Option<String>,
+        /// Runs listed at most (1 to 500).
         #[arg(long, default_value_t = 50)]
         limit: usize,
+        /// Go on from where the previous page ended (the `--cursor` it printed).
         #[arg(long)]
         cursor: Option<String>,
         #[command(flatten)]
@@ -618,12 +692,14 @@ enum Command {
     },
     /// Show one run with every attempt, fence, class and reason.
     Show {
+        /// The run's id, as `scarab submit` printed it.
         run: String,
         #[command(flatten)]
         client: ClientArgs,
     },
     /// Print a step's log (stdout by default; the last attempt unless --attempt).
     Logs {
+        /// The run's id, as `scarab submit` printed it.
         run: String,
         /// The step; without it, every step's log (current attempt), each line prefixed
         /// with the step's name.
@@ -641,7 +717,6 @@ enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
-    /// The dead-letter queue: messages whose deliveries were exhausted.
     /// Schedules: pipelines started at the times a cron expression names.
     Schedule {
         #[command(subcommand)]
@@ -649,6 +724,7 @@ enum Command {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// The dead-letter queue: messages whose deliveries were exhausted.
     Dlq {
         #[command(subcommand)]
         action: DlqCommand,
@@ -658,6 +734,7 @@ enum Command {
     /// Write a consistent snapshot of the running service's whole state to FILE (admin
     /// token), fsynced and verified.
     Backup {
+        /// Where to write the backup; an existing file is never overwritten.
         #[arg(long)]
         out: PathBuf,
         #[command(flatten)]
@@ -666,19 +743,24 @@ enum Command {
     /// Replace a stopped service's store with a backup: the file is validated, the old
     /// store kept aside as scarab.redb.before-restore-TIME, and the swap is atomic.
     Restore {
+        /// The backup `scarab backup` wrote.
         file: PathBuf,
+        /// The state dir of the stopped service whose store is replaced.
         #[arg(long, env = "SCARAB_STATE_DIR")]
         state_dir: PathBuf,
     },
     /// Release a quarantined run: a fresh try of its failed steps, with new fences.
     Requeue {
+        /// The run's id, as `scarab submit` printed it.
         run: String,
         #[command(flatten)]
         client: ClientArgs,
     },
     /// Discard a quarantined run: it stays dead-lettered and is never auto-retried again.
     Discard {
+        /// The run's id, as `scarab submit` printed it.
         run: String,
+        /// Why, kept in the run's history.
         #[arg(long)]
         reason: String,
         #[command(flatten)]
@@ -687,6 +769,7 @@ enum Command {
     /// Re-run a finished run: its steps that did not succeed start a fresh try (new
     /// attempts, new fences); succeeded steps keep their attempts and outputs.
     Retry {
+        /// The run's id, as `scarab submit` printed it.
         run: String,
         /// Also re-run this step and every step downstream of it, even if they succeeded
         /// (allowed on a succeeded run too).
@@ -698,18 +781,21 @@ enum Command {
     /// Follow a run to its end with live progress on stderr; exit 0 when it succeeded, 1
     /// when it ended otherwise (`-o json`: also the run detail on stdout).
     Watch {
+        /// The run's id, as `scarab submit` printed it.
         run: String,
         #[command(flatten)]
         client: ClientArgs,
     },
     /// Cancel a run: running steps are stopped, pending ones never start.
     Cancel {
+        /// The run's id, as `scarab submit` printed it.
         run: String,
         #[command(flatten)]
         client: ClientArgs,
     },
     /// Approve a gate: the run goes on past it.
     Approve {
+        /// The run's id, as `scarab submit` printed it.
         run: String,
         /// The gate step's name.
         step: String,
@@ -720,6 +806,7 @@ enum Command {
     },
     /// Reject a gate: it fails with reason GateRejected, and steps after it are skipped.
     Reject {
+        /// The run's id, as `scarab submit` printed it.
         run: String,
         /// The gate step's name.
         step: String,
@@ -782,10 +869,27 @@ pub fn main() -> ExitCode {
     match dispatch(cli.command) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", error_text(&error));
             ExitCode::from(1)
         }
     }
+}
+
+/// An error and its causes on one line, each said once: a cause whose text the message
+/// before it already holds (`store: {0}` over the redb error it wraps) is left out.
+fn error_text(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
 }
 
 fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
@@ -821,12 +925,13 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             })
         }
         Command::Config {
-            action: ConfigCommand::Check { file },
-        } => config_check(file),
+            action: ConfigCommand::Check { file, output },
+        } => config_check(file, output),
         Command::Run {
             file,
             state_dir,
             params,
+            output,
             engine,
         } => {
             let state_dir = match state_dir {
@@ -838,9 +943,10 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 &params,
                 &state_dir,
                 engine.settings(&engine.file()?)?,
+                output,
             )
         }
-        Command::Validate { file } => validate(&file),
+        Command::Validate { file, output } => validate(&file, output),
         Command::ExplainPod {
             file,
             now,
@@ -999,20 +1105,29 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
 }
 
 /// Reads and parses a pipeline file. `Err` holds the printed exit code 2 case.
+/// A pipeline file read and parsed; `Err` is the exit code after its problems were said
+/// (on stderr, or with `-o json` as `{"file", "valid": false, "errors"}` on stdout).
 fn load_pipeline(
     file: &Path,
     binding: pipeline::Binding,
+    output: Output,
 ) -> anyhow::Result<Result<(PipelineSource, pipeline::ParseOutcome), ExitCode>> {
     let metadata =
         std::fs::metadata(file).with_context(|| format!("reading {}", file.display()))?;
+    if metadata.is_dir() {
+        anyhow::bail!("{}: is a directory, not a pipeline file", file.display());
+    }
     if metadata.len() > crate::limits::PIPELINE_MAX_BYTES as u64 {
-        eprintln!(
-            "{}: file is {} bytes, over the limit of {}",
-            file.display(),
-            metadata.len(),
-            crate::limits::PIPELINE_MAX_BYTES
-        );
-        return Ok(Err(ExitCode::from(2)));
+        let error = pipeline::FieldError {
+            field: String::new(),
+            line: None,
+            message: format!(
+                "file is {} bytes, over the limit of {}",
+                metadata.len(),
+                crate::limits::PIPELINE_MAX_BYTES
+            ),
+        };
+        return Ok(Err(refuse(file, &[error], output)));
     }
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
@@ -1032,26 +1147,56 @@ fn load_pipeline(
             };
             Ok(Ok((source, outcome)))
         }
-        Err(errors) => {
-            for error in &errors {
-                eprintln!("{}: {error}", file.display());
-            }
-            Ok(Err(ExitCode::from(2)))
-        }
+        Err(errors) => Ok(Err(refuse(file, &errors, output))),
     }
 }
 
-fn validate(file: &Path) -> anyhow::Result<ExitCode> {
-    match load_pipeline(file, pipeline::Binding::Check)? {
-        Ok((_, outcome)) => {
-            for warning in &outcome.warnings {
-                eprintln!("warning: {warning}");
-            }
+/// Says why a pipeline file is refused, each problem once with its field and line; exit 2.
+fn refuse(file: &Path, errors: &[pipeline::FieldError], output: Output) -> ExitCode {
+    match output {
+        Output::Json => {
+            let errors: Vec<_> = errors
+                .iter()
+                .map(
+                    |e| serde_json::json!({"field": e.field, "line": e.line, "message": e.message}),
+                )
+                .collect();
             println!(
-                "{}: valid ({} steps)",
-                file.display(),
-                outcome.pipeline.steps.len()
+                "{}",
+                serde_json::json!({"file": file.display().to_string(), "valid": false, "errors": errors})
             );
+        }
+        Output::Table => {
+            for error in errors {
+                eprintln!("{}: {error}", file.display());
+            }
+        }
+    }
+    ExitCode::from(2)
+}
+
+fn validate(file: &Path, output: Output) -> anyhow::Result<ExitCode> {
+    match load_pipeline(file, pipeline::Binding::Check, output)? {
+        Ok((_, outcome)) => {
+            let steps = outcome.pipeline.steps.len();
+            match output {
+                Output::Json => println!(
+                    "{}",
+                    serde_json::json!({
+                        "file": file.display().to_string(),
+                        "valid": true,
+                        "pipeline": outcome.pipeline.name,
+                        "steps": steps,
+                        "warnings": outcome.warnings.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                    })
+                ),
+                Output::Table => {
+                    for warning in &outcome.warnings {
+                        eprintln!("warning: {warning}");
+                    }
+                    println!("{}: valid ({steps} steps)", file.display());
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(code) => Ok(code),
@@ -1102,8 +1247,9 @@ fn run(
     params: &[(String, String)],
     state_dir: &Path,
     settings: Settings,
+    output: Output,
 ) -> anyhow::Result<ExitCode> {
-    let (source, outcome) = match load_pipeline(file, pipeline::Binding::Values(params))? {
+    let (source, outcome) = match load_pipeline(file, pipeline::Binding::Values(params), output)? {
         Ok(loaded) => loaded,
         Err(code) => return Ok(code),
     };
@@ -1114,10 +1260,7 @@ fn run(
     missing.extend(settings.live().admission.check(&outcome.pipeline));
     missing.extend(settings.check_executors(&outcome.pipeline));
     if !missing.is_empty() {
-        for error in &missing {
-            eprintln!("{}: {error}", file.display());
-        }
-        return Ok(ExitCode::from(2));
+        return Ok(refuse(file, &missing, output));
     }
     serve::init_logging(LogFormat::Human, None, "warn");
     let runtime = tokio::runtime::Runtime::new()?;
@@ -1126,6 +1269,7 @@ fn run(
         settings,
         source,
         outcome.pipeline,
+        output,
     ))
 }
 
@@ -1134,11 +1278,20 @@ async fn run_in_process(
     settings: Settings,
     source: PipelineSource,
     pipeline: pipeline::Pipeline,
+    output: Output,
 ) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe().context("locating the scarab binary")?;
-    let running = service::start(StateDir::new(state_dir), settings, exe)
-        .await
-        .with_context(|| format!("starting on state dir {}", state_dir.display()))?;
+    let running = match service::start(StateDir::new(state_dir), settings, exe).await {
+        Ok(running) => running,
+        // These name the state dir themselves.
+        Err(error @ (StartError::Held { .. } | StartError::StateDir { .. })) => {
+            return Err(error.into());
+        }
+        Err(error) => {
+            return Err(anyhow::Error::new(error)
+                .context(format!("starting on state dir {}", state_dir.display())));
+        }
+    };
     let service = running.service.clone();
     let origin = crate::engine::run_failure::LOCAL_ORIGIN.to_string();
     let admission = crate::engine::RunAdmission::of(&pipeline);
@@ -1177,19 +1330,20 @@ async fn run_in_process(
             }
         }
     };
+    let auto_retry_max = service.settings.live().auto_retry.max;
     running.stop().await;
     let state = run.header.state;
-    let classification = crate::engine::classify_run(&run);
-    match classification {
-        Some(c) => eprintln!(
-            "run {} {}: {} in step {} ({})",
-            run.header.id,
-            state.as_str(),
-            c.category,
-            c.step.unwrap_or_default(),
-            c.reason
-        ),
-        None => eprintln!("run {} {}", run.header.id, state.as_str()),
+    let ending = match crate::engine::classify_run(&run) {
+        Some(c) => live::failure_sentence(c.category, c.step.as_deref(), &c.reason),
+        None => String::new(),
+    };
+    eprintln!(
+        "{}",
+        live::verdict_line(&run.header.id.to_string(), state.as_str(), &ending)
+    );
+    if let Output::Json = output {
+        let detail = crate::api::dto::run_detail(&run, auto_retry_max, &[]);
+        println!("{}", serde_json::to_string_pretty(&detail)?);
     }
     Ok(if state == crate::engine::RunState::Succeeded {
         ExitCode::SUCCESS
@@ -1246,5 +1400,67 @@ fn with_params(query: String, params: &[(String, String)]) -> String {
         (_, true) => query,
         (true, false) => format!("?{encoded}"),
         (false, false) => format!("{query}&{encoded}"),
+    }
+}
+
+#[cfg(test)]
+mod help_tests {
+    use super::*;
+
+    /// Every command says what it does, and every argument and option what it is
+    /// (`--help` lists the values of those that take a fixed set).
+    #[test]
+    fn every_command_and_argument_has_help() {
+        fn walk(command: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            let path = format!("{path} {}", command.get_name());
+            if command.get_about().is_none() && path != " scarab" {
+                missing.push(format!("{path}: no about"));
+            }
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.is_hide_set() || id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}: no help"));
+                }
+            }
+            for sub in command.get_subcommands() {
+                if sub.get_name() != "help" && !sub.is_hide_set() {
+                    walk(sub, &path, missing);
+                }
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "", &mut missing);
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
+
+    /// The README's usage block shows every command (and every subcommand of
+    /// `schedule`, `dlq`, `config` and `output`).
+    #[test]
+    fn the_readme_shows_every_command() {
+        let readme = include_str!("../../README.md");
+        let usage = &readme[readme.find("## Usage").expect("a Usage section")..];
+        let mut missing = Vec::new();
+        for command in Cli::command().get_subcommands() {
+            let name = command.get_name();
+            if command.is_hide_set() || name == "help" {
+                continue;
+            }
+            if !usage.contains(&format!("scarab {name}")) {
+                missing.push(name.to_string());
+            }
+            for sub in command.get_subcommands() {
+                let sub = sub.get_name();
+                if sub != "help" && !usage.contains(sub) {
+                    missing.push(format!("{name} {sub}"));
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "missing from README's usage: {missing:?}"
+        );
     }
 }

@@ -67,14 +67,17 @@ pub fn list(args: &ClientArgs) -> anyhow::Result<ExitCode> {
         print_json(&value)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let mut rows = table::new(&[
-        "NAME",
-        "CRON",
-        "TIMEZONE",
-        "PIPELINE",
-        "NEXT FIRE",
-        "LAST RUN",
-    ]);
+    let mut rows = table::new(
+        &[
+            "NAME",
+            "CRON",
+            "TIMEZONE",
+            "PIPELINE",
+            "NEXT FIRE",
+            "LAST RUN",
+        ],
+        table::Width::Terminal,
+    );
     for schedule in value["schedules"].as_array().into_iter().flatten() {
         rows.add_row(vec![
             shown(&schedule["name"]),
@@ -125,7 +128,7 @@ fn print_one(output: Output, schedule: &Value) -> anyhow::Result<ExitCode> {
         print_json(schedule)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let mut rows = table::new(&["FIELD", "VALUE"]);
+    let mut rows = table::new(&["FIELD", "VALUE"], table::Width::Terminal);
     let params: Vec<String> = schedule["params"]
         .as_object()
         .into_iter()

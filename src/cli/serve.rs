@@ -106,6 +106,8 @@ async fn serve_async(
 ) -> anyhow::Result<()> {
     let state_dir = StateDir::new(&options.state_dir);
     crate::service::prepare_state_dir(&state_dir.root)?;
+    // Said before the port is bound: two services on one state dir usually share a port.
+    crate::service::check_state_dir_free(&state_dir.root)?;
     api::listen::raise_open_files_limit();
     let admin_token = ensure_admin_token(&state_dir.admin_token())?;
     let step_key = ensure_admin_token(&state_dir.root.join("step-token.key"))?;

@@ -185,10 +185,72 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{}", held_message(path, *pid))]
+    Held { path: String, pid: Option<u32> },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("executor: {0}")]
     Executor(String),
+}
+
+fn held_message(path: &str, pid: Option<u32>) -> String {
+    let who = match pid {
+        Some(pid) => format!("another Scarab (pid {pid})"),
+        None => "another Scarab".to_string(),
+    };
+    format!("state dir {path}: {who} is using it; stop it first, or name another --state-dir")
+}
+
+/// The state dir's lock file: whoever holds a lock on it serves the state dir, and it
+/// holds that process's pid so the next one can say who.
+const LOCK_FILE: &str = "scarab.lock";
+
+/// The state dir held by this process until dropped (the kernel lets go of it when the
+/// process dies, kill -9 included).
+pub struct StateDirLock {
+    _file: std::fs::File,
+}
+
+/// Takes the state dir's lock, or says which process holds it.
+pub fn lock_state_dir(root: &Path) -> Result<StateDirLock, StartError> {
+    use std::io::{Read, Seek, Write};
+    let path = root.join(LOCK_FILE);
+    let fail = |source: std::io::Error| StartError::StateDir {
+        path: root.display().to_string(),
+        source,
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(fail)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut text = String::new();
+            let _ = Read::by_ref(&mut file).take(32).read_to_string(&mut text);
+            return Err(StartError::Held {
+                path: root.display().to_string(),
+                pid: text.trim().parse().ok(),
+            });
+        }
+        Err(std::fs::TryLockError::Error(error)) => return Err(fail(error)),
+    }
+    file.set_len(0).map_err(fail)?;
+    file.rewind().map_err(fail)?;
+    writeln!(file, "{}", std::process::id()).map_err(fail)?;
+    Ok(StateDirLock { _file: file })
+}
+
+/// Which process serves the state dir now, if one does (`Err` names it); the lock is
+/// let go of at once. For a clear refusal before anything is done.
+pub fn check_state_dir_free(root: &Path) -> Result<(), StartError> {
+    if !root.join(LOCK_FILE).exists() {
+        return Ok(());
+    }
+    lock_state_dir(root).map(drop)
 }
 
 /// A handle to a running service. Cheap to clone.
@@ -218,6 +280,8 @@ pub struct Service {
 /// Tasks of a running service, for an orderly stop.
 pub struct Running {
     pub service: Service,
+    /// Let go of when the service is dropped after `stop`.
+    _lock: Option<StateDirLock>,
     shutdown: watch::Sender<bool>,
     driver: tokio::task::JoinHandle<()>,
     dispatcher: tokio::task::JoinHandle<()>,
@@ -260,6 +324,12 @@ pub fn prepare_state_dir(root: &Path) -> Result<(), StartError> {
         path: root.display().to_string(),
         source,
     };
+    if std::fs::metadata(root).is_ok_and(|meta| !meta.is_dir()) {
+        return Err(fail(std::io::Error::new(
+            std::io::ErrorKind::NotADirectory,
+            "it is a file, not a directory",
+        )));
+    }
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -380,8 +450,11 @@ pub async fn start_with<E: Executor>(
         path: state_dir.root.display().to_string(),
         source,
     })?;
+    let lock = lock_state_dir(&state_dir.root)?;
     let store = Arc::new(Store::open(&state_dir.database())?);
-    start_on(state_dir, store, settings, executor).await
+    let mut running = start_on(state_dir, store, settings, executor).await?;
+    running._lock = Some(lock);
+    Ok(running)
 }
 
 /// `start_with` on a store already open (the crash-point simulation opens its own).
@@ -449,6 +522,7 @@ pub(crate) async fn start_on<E: Executor>(
     service.wait_ready().await;
     Ok(Running {
         service,
+        _lock: None,
         shutdown: shutdown_tx,
         driver,
         dispatcher,

@@ -436,7 +436,10 @@ fn online_backup_under_load_restores_every_acknowledged_run() {
     let busy = restore(&file, &server.state_dir);
     assert!(!busy.status.success());
     assert!(
-        String::from_utf8_lossy(&busy.stderr).contains("stop the service"),
+        String::from_utf8_lossy(&busy.stderr).contains(&format!(
+            "another Scarab (pid {}) is using it; stop it first",
+            server.pid().expect("running")
+        )),
         "{busy:?}"
     );
 

@@ -9,6 +9,7 @@ mod k8s_api;
 mod admission;
 mod api;
 mod appliance;
+mod cli;
 mod connections;
 mod crash;
 mod edge;

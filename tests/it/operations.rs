@@ -198,7 +198,9 @@ fn submit_wait_and_watch_exit_with_the_verdict_and_show_progress() {
     assert_eq!(code, 1, "a failing run exits 1: {stderr}");
     let failed = stdout.trim().to_string();
     assert!(
-        stderr.contains(&format!("run {failed} failed: step in step build")),
+        stderr.contains(&format!(
+            "run {failed} failed: step build failed: exit code 101"
+        )),
         "{stderr}"
     );
 

@@ -159,6 +159,11 @@ impl Server {
     }
 
     /// kill -9: no drain, no flush, nothing.
+    /// The service's pid while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
