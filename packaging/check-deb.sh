@@ -135,7 +135,7 @@ if "$BIN" config check --help >/dev/null 2>&1; then
     # `file`, which excludes its `sha256`; `kubeconfig`, which excludes `in_cluster`), and
     # the secrets `dir`, which must exist.
     sed -E 's/^#([a-z_0-9]+ = )/\1/; s/^#(\[\[(webhooks|tokens|locks)\]\])$/\1/' \
-        "$ROOT/etc/scarab/scarab.toml" | grep -Ev '^(file|kubeconfig|dir) = ' >"$WORK/all-settings.toml"
+        "$ROOT/etc/scarab/scarab.toml" | grep -Ev '^(file|kubeconfig|dir|tls_cert|tls_key|ca_cert) = ' >"$WORK/all-settings.toml"
     "$BIN" config check "$WORK/all-settings.toml" ||
         die "the packaged config with every setting uncommented does not pass scarab config check"
     printf 'listen = "127.0.0.1:7300"\nno_such_key = 1\n' >"$WORK/bad.toml"

@@ -26,6 +26,11 @@ pub struct ConfigFile {
     pub state_dir: Option<PathBuf>,
     /// The API's listen address.
     pub listen: Option<String>,
+    /// The listener's certificate chain (PEM, leaf first); with `tls_key`, `serve` speaks
+    /// only HTTPS. Both files are re-read on SIGHUP.
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `tls_cert` (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub tls_key: Option<PathBuf>,
     #[serde(default)]
     pub log: LogSection,
     #[serde(default)]
@@ -534,6 +539,9 @@ pub struct WebhookConfig {
     /// Per-request timeout, a human duration. Default 10s.
     #[serde(default = "default_timeout", with = "humantime_serde_compat")]
     pub timeout: Duration,
+    /// For an `https://` URL whose certificate a private CA signed: that CA's
+    /// certificate (PEM). Default: the system's roots.
+    pub ca_cert: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
@@ -745,6 +753,21 @@ impl ConfigFile {
             if hook.timeout.is_zero() || hook.timeout > Duration::from_secs(120) {
                 return Err(format!("webhooks[{i}].timeout: must be between 1ms and 2m"));
             }
+            if let Some(ca) = &hook.ca_cert {
+                if !hook.url.starts_with("https://") {
+                    return Err(format!("webhooks[{i}].ca_cert: only for an https:// url"));
+                }
+                crate::tls::certificates(ca, "CA certificate")
+                    .map_err(|e| format!("webhooks[{i}].ca_cert: {e}"))?;
+            }
+        }
+        match (&self.tls_cert, &self.tls_key) {
+            (None, None) => {}
+            (Some(cert), Some(key)) => {
+                crate::tls::server_config(cert, key)?;
+            }
+            (Some(_), None) => return Err("tls_key: needed with tls_cert".to_string()),
+            (None, Some(_)) => return Err("tls_cert: needed with tls_key".to_string()),
         }
         Ok(())
     }

@@ -16,3 +16,4 @@ pub mod secrets;
 pub mod service;
 pub mod store;
 pub mod text;
+pub mod tls;

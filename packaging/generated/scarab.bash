@@ -343,7 +343,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__approve)
-            opts="-o -h --comment --by --url --token --state-dir --output --help"
+            opts="-o -h --comment --by --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -369,6 +369,10 @@ _scarab() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --output)
                     COMPREPLY=($(compgen -W "table json" -- "${cur}"))
                     return 0
@@ -385,7 +389,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__backup)
-            opts="-o -h --out --url --token --state-dir --output --help"
+            opts="-o -h --out --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -404,6 +408,10 @@ _scarab() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -465,7 +473,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__cancel)
-            opts="-o -h --url --token --state-dir --output --help"
+            opts="-o -h --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -480,6 +488,10 @@ _scarab() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -591,7 +603,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__discard)
-            opts="-o -h --reason --url --token --state-dir --output --help"
+            opts="-o -h --reason --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -610,6 +622,10 @@ _scarab() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -629,7 +645,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__dlq)
-            opts="-o -h --url --token --state-dir --output --help list show requeue discard help"
+            opts="-o -h --url --token --state-dir --ca-cert --output --help list show requeue discard help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -644,6 +660,10 @@ _scarab() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -663,7 +683,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__dlq__subcmd__discard)
-            opts="-o -h --reason --url --token --state-dir --output --help"
+            opts="-o -h --reason --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -682,6 +702,10 @@ _scarab() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -785,7 +809,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__dlq__subcmd__list)
-            opts="-o -h --after --limit --url --token --state-dir --output --help"
+            opts="-o -h --after --limit --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -811,6 +835,10 @@ _scarab() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --output)
                     COMPREPLY=($(compgen -W "table json" -- "${cur}"))
                     return 0
@@ -827,7 +855,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__dlq__subcmd__requeue)
-            opts="-o -h --url --token --state-dir --output --help"
+            opts="-o -h --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -842,6 +870,10 @@ _scarab() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -861,7 +893,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__dlq__subcmd__show)
-            opts="-o -h --url --token --state-dir --output --help"
+            opts="-o -h --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -876,6 +908,10 @@ _scarab() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1513,7 +1549,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__logs)
-            opts="-f -o -h --stream --attempt --follow --url --token --state-dir --output --help"
+            opts="-f -o -h --stream --attempt --follow --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1536,6 +1572,10 @@ _scarab() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1639,7 +1679,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__queue)
-            opts="-o -h --limit --url --token --state-dir --output --help"
+            opts="-o -h --limit --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1661,6 +1701,10 @@ _scarab() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --output)
                     COMPREPLY=($(compgen -W "table json" -- "${cur}"))
                     return 0
@@ -1677,7 +1721,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__reject)
-            opts="-o -h --comment --by --url --token --state-dir --output --help"
+            opts="-o -h --comment --by --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1703,6 +1747,10 @@ _scarab() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --output)
                     COMPREPLY=($(compgen -W "table json" -- "${cur}"))
                     return 0
@@ -1719,7 +1767,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__requeue)
-            opts="-o -h --url --token --state-dir --output --help"
+            opts="-o -h --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1734,6 +1782,10 @@ _scarab() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1771,7 +1823,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__retry)
-            opts="-o -h --from --url --token --state-dir --output --help"
+            opts="-o -h --from --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1790,6 +1842,10 @@ _scarab() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1895,7 +1951,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__runs)
-            opts="-o -h --state --limit --cursor --url --token --state-dir --output --help"
+            opts="-o -h --state --limit --cursor --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1925,6 +1981,10 @@ _scarab() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --output)
                     COMPREPLY=($(compgen -W "table json" -- "${cur}"))
                     return 0
@@ -1941,7 +2001,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__schedule)
-            opts="-o -h --url --token --state-dir --output --help create list show pause resume delete help"
+            opts="-o -h --url --token --state-dir --ca-cert --output --help create list show pause resume delete help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1956,6 +2016,10 @@ _scarab() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1975,7 +2039,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__schedule__subcmd__create)
-            opts="-o -h --cron --timezone --param --catch-up --overlap --url --token --state-dir --output --help"
+            opts="-o -h --cron --timezone --param --catch-up --overlap --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2013,6 +2077,10 @@ _scarab() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --ca-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --output)
                     COMPREPLY=($(compgen -W "table json" -- "${cur}"))
                     return 0
@@ -2029,7 +2097,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__schedule__subcmd__delete)
-            opts="-o -h --url --token --state-dir --output --help"
+            opts="-o -h --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2044,6 +2112,10 @@ _scarab() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -2175,7 +2247,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__schedule__subcmd__list)
-            opts="-o -h --url --token --state-dir --output --help"
+            opts="-o -h --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2190,6 +2262,10 @@ _scarab() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -2209,7 +2285,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__schedule__subcmd__pause)
-            opts="-o -h --url --token --state-dir --output --help"
+            opts="-o -h --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2224,6 +2300,10 @@ _scarab() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -2243,7 +2323,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__schedule__subcmd__resume)
-            opts="-o -h --url --token --state-dir --output --help"
+            opts="-o -h --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2258,6 +2338,10 @@ _scarab() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -2277,7 +2361,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__schedule__subcmd__show)
-            opts="-o -h --url --token --state-dir --output --help"
+            opts="-o -h --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2292,6 +2376,10 @@ _scarab() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -2325,7 +2413,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__serve)
-            opts="-h --state-dir --listen --log-format --default-step-timeout --infra-retries --kill-grace --config --max-deliveries --log-retention --kubeconfig --kube-in-cluster --kube-namespace --kube-grace-image-pull --kube-grace-config --kube-grace-unschedulable --kube-grace-pending --kube-delete-grace --kube-callback-url --help"
+            opts="-h --state-dir --listen --tls-cert --tls-key --log-format --default-step-timeout --infra-retries --kill-grace --config --max-deliveries --log-retention --kubeconfig --kube-in-cluster --kube-namespace --kube-grace-image-pull --kube-grace-config --kube-grace-unschedulable --kube-grace-pending --kube-delete-grace --kube-callback-url --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2336,6 +2424,14 @@ _scarab() {
                     return 0
                     ;;
                 --listen)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --tls-key)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -2407,7 +2503,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__show)
-            opts="-o -h --url --token --state-dir --output --help"
+            opts="-o -h --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2422,6 +2518,10 @@ _scarab() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -2441,7 +2541,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__submit)
-            opts="-q -o -h --quiet --wait --param --idempotency-key --origin --priority --parallelism --concurrency-group --concurrency-limit --supersede --url --token --state-dir --output --help"
+            opts="-q -o -h --quiet --wait --param --idempotency-key --origin --priority --parallelism --concurrency-group --concurrency-limit --supersede --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2484,6 +2584,10 @@ _scarab() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -2561,7 +2665,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__watch)
-            opts="-o -h --url --token --state-dir --output --help"
+            opts="-o -h --url --token --state-dir --ca-cert --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -2576,6 +2680,10 @@ _scarab() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ca-cert)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

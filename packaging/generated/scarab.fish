@@ -57,6 +57,8 @@ complete -c scarab -n "__fish_scarab_needs_command" -f -a "supervise" -d 'Superv
 complete -c scarab -n "__fish_scarab_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c scarab -n "__fish_scarab_using_subcommand serve" -l state-dir -d 'The state dir [file: state_dir]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand serve" -l listen -d 'The API\'s address [default: 127.0.0.1:7300; file: listen]' -r
+complete -c scarab -n "__fish_scarab_using_subcommand serve" -l tls-cert -d 'Serve HTTPS with this certificate chain (PEM, leaf first); needs --tls-key [file: tls_cert]. Re-read on SIGHUP' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand serve" -l tls-key -d 'The private key of --tls-cert (PEM) [file: tls_key]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand serve" -l log-format -d 'Log format [default: auto; file: log.format]' -r -f -a "auto\t'Human-readable on a terminal; plain lines without timestamps or colours under systemd (journald stamps them)'
 human\t''
 json\t''"
@@ -128,6 +130,7 @@ complete -c scarab -n "__fish_scarab_using_subcommand submit" -l concurrency-lim
 complete -c scarab -n "__fish_scarab_using_subcommand submit" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand submit" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand submit" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand submit" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand submit" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand submit" -s q -l quiet -d 'Print only the run id'
@@ -138,6 +141,7 @@ complete -c scarab -n "__fish_scarab_using_subcommand queue" -l limit -d 'Queued
 complete -c scarab -n "__fish_scarab_using_subcommand queue" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand queue" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand queue" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand queue" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand queue" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand queue" -s h -l help -d 'Print help'
@@ -154,12 +158,14 @@ complete -c scarab -n "__fish_scarab_using_subcommand runs" -l cursor -d 'Go on 
 complete -c scarab -n "__fish_scarab_using_subcommand runs" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand runs" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand runs" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand runs" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand runs" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand runs" -s h -l help -d 'Print help'
 complete -c scarab -n "__fish_scarab_using_subcommand show" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand show" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand show" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand show" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand show" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand show" -s h -l help -d 'Print help'
@@ -169,6 +175,7 @@ complete -c scarab -n "__fish_scarab_using_subcommand logs" -l attempt -d 'The a
 complete -c scarab -n "__fish_scarab_using_subcommand logs" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand logs" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand logs" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand logs" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand logs" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand logs" -s f -l follow -d 'Keep printing until the attempt finishes; waits for a step that has not started yet'
@@ -176,6 +183,7 @@ complete -c scarab -n "__fish_scarab_using_subcommand logs" -s h -l help -d 'Pri
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and not __fish_seen_subcommand_from create list show pause resume delete help" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and not __fish_seen_subcommand_from create list show pause resume delete help" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and not __fish_seen_subcommand_from create list show pause resume delete help" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand schedule; and not __fish_seen_subcommand_from create list show pause resume delete help" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and not __fish_seen_subcommand_from create list show pause resume delete help" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and not __fish_seen_subcommand_from create list show pause resume delete help" -s h -l help -d 'Print help'
@@ -196,36 +204,42 @@ skip\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from create" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from create" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from create" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from create" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from create" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from create" -s h -l help -d 'Print help'
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from list" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from list" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from list" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from list" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from show" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from show" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from show" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from show" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help'
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from pause" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from pause" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from pause" -s h -l help -d 'Print help'
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from resume" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from resume" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from resume" -s h -l help -d 'Print help'
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from delete" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from delete" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from delete" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from delete" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from delete" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_subcommand_from delete" -s h -l help -d 'Print help'
@@ -239,6 +253,7 @@ complete -c scarab -n "__fish_scarab_using_subcommand schedule; and __fish_seen_
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and not __fish_seen_subcommand_from list show requeue discard help" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and not __fish_seen_subcommand_from list show requeue discard help" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and not __fish_seen_subcommand_from list show requeue discard help" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand dlq; and not __fish_seen_subcommand_from list show requeue discard help" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and not __fish_seen_subcommand_from list show requeue discard help" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and not __fish_seen_subcommand_from list show requeue discard help" -s h -l help -d 'Print help'
@@ -252,18 +267,21 @@ complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subco
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from list" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from list" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from list" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from list" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from list" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from list" -s h -l help -d 'Print help'
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from show" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from show" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from show" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from show" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from show" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from show" -s h -l help -d 'Print help'
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from requeue" -s h -l help -d 'Print help'
@@ -271,6 +289,7 @@ complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subco
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from discard" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from discard" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand dlq; and __fish_seen_subcommand_from discard" -s h -l help -d 'Print help'
@@ -283,6 +302,7 @@ complete -c scarab -n "__fish_scarab_using_subcommand backup" -l out -d 'Where t
 complete -c scarab -n "__fish_scarab_using_subcommand backup" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand backup" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand backup" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand backup" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand backup" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand backup" -s h -l help -d 'Print help'
@@ -291,6 +311,7 @@ complete -c scarab -n "__fish_scarab_using_subcommand restore" -s h -l help -d '
 complete -c scarab -n "__fish_scarab_using_subcommand requeue" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand requeue" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand requeue" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand requeue" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand requeue" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand requeue" -s h -l help -d 'Print help'
@@ -298,6 +319,7 @@ complete -c scarab -n "__fish_scarab_using_subcommand discard" -l reason -d 'Why
 complete -c scarab -n "__fish_scarab_using_subcommand discard" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand discard" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand discard" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand discard" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand discard" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand discard" -s h -l help -d 'Print help'
@@ -305,18 +327,21 @@ complete -c scarab -n "__fish_scarab_using_subcommand retry" -l from -d 'Also re
 complete -c scarab -n "__fish_scarab_using_subcommand retry" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand retry" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand retry" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand retry" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand retry" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand retry" -s h -l help -d 'Print help'
 complete -c scarab -n "__fish_scarab_using_subcommand watch" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand watch" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand watch" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand watch" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand watch" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand watch" -s h -l help -d 'Print help'
 complete -c scarab -n "__fish_scarab_using_subcommand cancel" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand cancel" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand cancel" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand cancel" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand cancel" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand cancel" -s h -l help -d 'Print help'
@@ -325,6 +350,7 @@ complete -c scarab -n "__fish_scarab_using_subcommand approve" -l by -d 'Your na
 complete -c scarab -n "__fish_scarab_using_subcommand approve" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand approve" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand approve" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand approve" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand approve" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand approve" -s h -l help -d 'Print help'
@@ -333,6 +359,7 @@ complete -c scarab -n "__fish_scarab_using_subcommand reject" -l by -d 'Your nam
 complete -c scarab -n "__fish_scarab_using_subcommand reject" -l url -d 'Base URL of the service' -r
 complete -c scarab -n "__fish_scarab_using_subcommand reject" -l token -d 'API token (default: read from --state-dir\'s admin.token)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand reject" -l state-dir -d 'State dir of a local service, to read its admin token from' -r -F
+complete -c scarab -n "__fish_scarab_using_subcommand reject" -l ca-cert -d 'For an https:// URL whose certificate a private CA signed: that CA\'s certificate (PEM) [default: the system\'s roots]' -r -F
 complete -c scarab -n "__fish_scarab_using_subcommand reject" -s o -l output -d 'Output format' -r -f -a "table\t''
 json\t''"
 complete -c scarab -n "__fish_scarab_using_subcommand reject" -s h -l help -d 'Print help'

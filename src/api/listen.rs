@@ -19,8 +19,14 @@ use tokio::sync::Semaphore;
 use crate::limits;
 
 /// Serves `router` on `listener` until `stop` completes, then waits for the requests in
-/// flight.
-pub async fn serve(listener: TcpListener, router: Router, stop: impl Future<Output = ()>) {
+/// flight. With `tls`, every connection is TLS: its handshake runs in the connection's own
+/// task within the header-read timeout, so a slow or plain-HTTP client holds up nobody.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    stop: impl Future<Output = ()>,
+    tls: Option<Arc<crate::tls::ServerTls>>,
+) {
     let connections_max = connections_max();
     tracing::info!(connections_max, "accepting connections");
     let permits = Arc::new(Semaphore::new(connections_max));
@@ -60,25 +66,55 @@ pub async fn serve(listener: TcpListener, router: Router, stop: impl Future<Outp
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let connection = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits::HTTP_HEADER_READ_TIMEOUT)
-            // Twice the limit: requests between the two get the API's JSON 431
-            // (`header_limit`); only larger ones get hyper's bare one.
-            .max_buf_size(2 * limits::HTTP_HEADER_MAX_BYTES.max(8192))
-            .keep_alive(true)
-            .serve_connection(
-                TokioIo::new(stream),
-                TowerToHyperService::new(router.clone()),
-            );
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            let _ = connection.await;
-            drop(permit);
-        });
+        let watcher = graceful.watcher();
+        let router = router.clone();
+        match &tls {
+            None => {
+                tokio::spawn(async move {
+                    let _ = watcher.watch(http(stream, router)).await;
+                    drop(permit);
+                });
+            }
+            Some(tls) => {
+                let acceptor = tls.acceptor();
+                tokio::spawn(async move {
+                    let handshake = tokio::time::timeout(
+                        limits::HTTP_HEADER_READ_TIMEOUT,
+                        acceptor.accept(stream),
+                    )
+                    .await;
+                    match handshake {
+                        Ok(Ok(stream)) => {
+                            let _ = watcher.watch(http(stream, router)).await;
+                        }
+                        Ok(Err(error)) => tracing::debug!(%error, "TLS handshake failed"),
+                        Err(_) => tracing::debug!("TLS handshake timed out"),
+                    }
+                    drop(permit);
+                });
+            }
+        }
     }
     drop(listener);
     graceful.shutdown().await;
+}
+
+/// One HTTP/1.1 connection over `stream` (plain TCP or TLS).
+fn http<S>(
+    stream: S,
+    router: Router,
+) -> hyper::server::conn::http1::Connection<TokioIo<S>, TowerToHyperService<Router>>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits::HTTP_HEADER_READ_TIMEOUT)
+        // Twice the limit: requests between the two get the API's JSON 431
+        // (`header_limit`); only larger ones get hyper's bare one.
+        .max_buf_size(2 * limits::HTTP_HEADER_MAX_BYTES.max(8192))
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(stream), TowerToHyperService::new(router))
 }
 
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);

@@ -13,6 +13,8 @@ use super::{ClientArgs, Output, table};
 
 pub(super) struct Client {
     agent: ureq::Agent,
+    /// Whom HTTPS trusts (`--ca-cert`, else the system's roots).
+    tls: ureq::tls::TlsConfig,
     base: String,
     token: String,
 }
@@ -81,12 +83,22 @@ impl Client {
             }
             (None, None) => bail!("no token: pass --token (or SCARAB_TOKEN) or --state-dir"),
         };
+        if args.ca_cert.is_some() && !base.starts_with("https://") {
+            bail!("--ca-cert is for an https:// --url (this one is {base})");
+        }
+        let tls = crate::tls::client_config(args.ca_cert.as_deref()).map_err(anyhow::Error::msg)?;
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(30)))
+            .tls_config(tls.clone())
             .build()
             .into();
-        Ok(Client { agent, base, token })
+        Ok(Client {
+            agent,
+            tls,
+            base,
+            token,
+        })
     }
 
     pub(super) fn get(&self, path: &str) -> anyhow::Result<Answer> {
@@ -759,6 +771,7 @@ pub fn backup(args: &ClientArgs, out: &Path) -> anyhow::Result<ExitCode> {
         .http_status_as_error(false)
         .timeout_connect(Some(Duration::from_secs(10)))
         .timeout_recv_body(Some(Duration::from_secs(600)))
+        .tls_config(client.tls.clone())
         .build()
         .into();
     let mut response = agent

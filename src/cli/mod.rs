@@ -76,6 +76,10 @@ pub struct ClientArgs {
     /// State dir of a local service, to read its admin token from.
     #[arg(long, env = "SCARAB_STATE_DIR", global = true)]
     state_dir: Option<PathBuf>,
+    /// For an https:// URL whose certificate a private CA signed: that CA's certificate
+    /// (PEM) [default: the system's roots].
+    #[arg(long, env = "SCARAB_CA_CERT", global = true)]
+    ca_cert: Option<PathBuf>,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Table, global = true)]
     output: Output,
@@ -567,6 +571,13 @@ enum Command {
         /// The API's address [default: 127.0.0.1:7300; file: listen].
         #[arg(long, env = "SCARAB_LISTEN")]
         listen: Option<String>,
+        /// Serve HTTPS with this certificate chain (PEM, leaf first); needs --tls-key
+        /// [file: tls_cert]. Re-read on SIGHUP.
+        #[arg(long, env = "SCARAB_TLS_CERT", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The private key of --tls-cert (PEM) [file: tls_key].
+        #[arg(long, env = "SCARAB_TLS_KEY", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
         /// Log format [default: auto; file: log.format].
         #[arg(long, env = "SCARAB_LOG_FORMAT", value_enum)]
         log_format: Option<LogFormat>,
@@ -897,6 +908,8 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Serve {
             state_dir,
             listen,
+            tls_cert,
+            tls_key,
             log_format,
             engine,
         } => {
@@ -908,12 +921,17 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             let listen = listen
                 .or(file.listen.clone())
                 .unwrap_or_else(|| "127.0.0.1:7300".to_string());
+            let tls = match (tls_cert, tls_key) {
+                (Some(cert), Some(key)) => Some((cert, key)),
+                _ => file.tls_cert.clone().zip(file.tls_key.clone()),
+            };
             let log_format = log_format
                 .or(file.log.format.as_deref().and_then(LogFormat::parse))
                 .unwrap_or_default();
             serve::serve(serve::Options {
                 state_dir,
                 listen,
+                tls,
                 log_format,
                 log_level: file.log.level.clone(),
                 shutdown_deadline: file

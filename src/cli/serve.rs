@@ -53,6 +53,8 @@ pub fn init_logging(
 pub struct Options {
     pub state_dir: std::path::PathBuf,
     pub listen: String,
+    /// The listener's certificate chain and key files: HTTPS only.
+    pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
     pub log_format: LogFormat,
     pub log_level: Option<String>,
     pub shutdown_deadline: std::time::Duration,
@@ -111,14 +113,35 @@ async fn serve_async(
     api::listen::raise_open_files_limit();
     let admin_token = ensure_admin_token(&state_dir.admin_token())?;
     let step_key = ensure_admin_token(&state_dir.root.join("step-token.key"))?;
+    let tls = match &options.tls {
+        Some((cert, key)) => Some(std::sync::Arc::new(
+            crate::tls::ServerTls::load(cert, key).map_err(anyhow::Error::msg)?,
+        )),
+        None => None,
+    };
     // Bind before starting the engine: a taken port fails fast and changes nothing.
     let listener = tokio::net::TcpListener::bind(&options.listen)
         .await
         .with_context(|| format!("listening on {}", options.listen))?;
+    // Local steps call back on loopback. Under TLS they get a listener of their own
+    // there, plain HTTP, so that they need neither the certificate nor its CA: that
+    // traffic never leaves the box.
+    let step_listener = match &tls {
+        Some(_) => Some(
+            tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .context("listening on loopback for step callbacks")?,
+        ),
+        None => None,
+    };
+    let step_url = match &step_listener {
+        Some(steps) => format!("http://{}", steps.local_addr()?),
+        None => format!("http://{}", listener.local_addr()?),
+    };
     let mut settings = options.settings;
     settings.step_tokens = Some(crate::service::tokens::StepTokens {
         key: step_key.into_bytes(),
-        url: format!("http://{}", listener.local_addr()?),
+        url: step_url,
     });
     let exe = std::env::current_exe().context("locating the scarab binary")?;
     let running = service::start(state_dir.clone(), settings, exe).await?;
@@ -127,7 +150,12 @@ async fn serve_async(
         service: service.clone(),
         admin_token: std::sync::Arc::new(admin_token),
     });
-    tracing::info!(listen = %listener.local_addr()?, state_dir = %state_dir.root.display(), "scarab serving");
+    tracing::info!(
+        listen = %listener.local_addr()?,
+        tls = tls.is_some(),
+        state_dir = %state_dir.root.display(),
+        "scarab serving"
+    );
     // Recovery and re-adoption are done (`start` returns after them): tell systemd.
     notify(&[sd_notify::NotifyState::Ready]);
     watchdog(&service);
@@ -136,11 +164,35 @@ async fn serve_async(
     let mut stop_tx = Some(stop_tx);
     let config = options.config.clone();
     let deadline = options.shutdown_deadline;
-    let server = tokio::spawn(api::listen::serve(listener, router, async move {
-        let _ = stop_rx.await;
-    }));
+    let (steps_stop_tx, steps_stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let steps_server = step_listener.map(|steps| {
+        tokio::spawn(api::listen::serve(
+            steps,
+            router.clone(),
+            async move {
+                let _ = steps_stop_rx.await;
+            },
+            None,
+        ))
+    });
+    let server = tokio::spawn(api::listen::serve(
+        listener,
+        router,
+        async move {
+            let _ = stop_rx.await;
+        },
+        tls.clone(),
+    ));
     while let Some(Signal::Reload) = signals.recv().await {
         reload(config.as_deref(), &service, log.as_ref());
+        if let Some(tls) = &tls {
+            match tls.reload() {
+                Ok(()) => tracing::info!("TLS certificate and key reloaded"),
+                Err(error) => {
+                    tracing::error!(%error, "TLS reload rejected; the previous certificate stays")
+                }
+            }
+        }
         // The driver takes new admission limits at its next batch: this is one, so a
         // raised limit admits at once.
         let _ = service.ping().await;
@@ -150,10 +202,14 @@ async fn serve_async(
     if let Some(stop) = stop_tx.take() {
         let _ = stop.send(());
     }
+    let _ = steps_stop_tx.send(());
     // Event streams never end on their own: they would hold up the listener's stop.
     service.events.close();
     let orderly = async {
         let _ = server.await;
+        if let Some(steps) = steps_server {
+            let _ = steps.await;
+        }
         running.stop().await;
     };
     tokio::select! {

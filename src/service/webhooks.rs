@@ -100,9 +100,15 @@ pub async fn deliver(
     event_id: &str,
     body: &str,
 ) -> Result<(), DeliveryFailure> {
+    let tls =
+        crate::tls::client_config(hook.ca_cert.as_deref()).map_err(|error| DeliveryFailure {
+            error: limits::clip(&error, limits::OUTBOX_ERROR_MAX_BYTES),
+            unavailable: false,
+        })?;
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(hook.timeout))
+        .tls_config(tls)
         .build()
         .into();
     let url = hook.url.clone();

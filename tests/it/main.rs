@@ -28,6 +28,7 @@ mod retry_matrix;
 mod schedules;
 mod schema;
 mod secrets;
+mod tls;
 mod torture;
 mod upgrade;
 mod webhooks;

@@ -59,6 +59,8 @@ pub struct Server {
     bin: PathBuf,
     /// Variables added to the service's environment.
     extra_env: Vec<(String, String)>,
+    /// How the test talks to it (HTTPS trusting a test CA for `start_tls`).
+    agent: ureq::Agent,
 }
 
 fn free_port() -> u16 {
@@ -87,9 +89,48 @@ impl Server {
         Server::launch(bin, state_dir, extra_args, &[])
     }
 
+    /// A service speaking HTTPS with `cert` and `key` (PEM files), reached by tests
+    /// that trust `ca` (PEM text).
+    pub fn start_tls(
+        state_dir: &Path,
+        cert: &Path,
+        key: &Path,
+        ca: &str,
+        extra_args: &[&str],
+    ) -> Server {
+        let mut server = Server::unstarted(Path::new(BIN), state_dir, extra_args, &[]);
+        server.url = server.url.replace("http://", "https://");
+        server.extra_args.extend([
+            "--tls-cert".to_string(),
+            cert.display().to_string(),
+            "--tls-key".to_string(),
+            key.display().to_string(),
+        ]);
+        server.agent = tls_agent(ca);
+        server.spawn();
+        server
+    }
+
+    /// The agent the test uses to talk to this service.
+    pub fn agent(&self) -> ureq::Agent {
+        self.agent.clone()
+    }
+
     fn launch(bin: &Path, state_dir: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut server = Server::unstarted(bin, state_dir, extra_args, env);
+        server.spawn();
+        server
+    }
+
+    fn unstarted(
+        bin: &Path,
+        state_dir: &Path,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Server {
         let port = free_port();
-        let mut server = Server {
+        Server {
+            agent: agent(),
             state_dir: state_dir.to_path_buf(),
             url: format!("http://127.0.0.1:{port}"),
             token: String::new(),
@@ -101,9 +142,7 @@ impl Server {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-        };
-        server.spawn();
-        server
+        }
     }
 
     fn spawn(&mut self) {
@@ -138,7 +177,7 @@ impl Server {
 
     fn wait_ready(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        let agent = agent();
+        let agent = self.agent.clone();
         while Instant::now() < deadline {
             if let Ok(response) = agent.get(format!("{}/readyz", self.url)).call()
                 && response.status() == 200
@@ -158,12 +197,12 @@ impl Server {
         panic!("scarab serve not ready in time");
     }
 
-    /// kill -9: no drain, no flush, nothing.
     /// The service's pid while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 
+    /// kill -9: no drain, no flush, nothing.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -245,7 +284,7 @@ impl Server {
         body: &[u8],
         headers: &[(&str, &str)],
     ) -> (u16, Value) {
-        let agent = agent();
+        let agent = self.agent.clone();
         let url = format!("{}{path}", self.url);
         let auth = format!("Bearer {}", self.token);
         let response = if method == "GET" {
@@ -402,6 +441,27 @@ pub fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
+/// An HTTPS agent that trusts only the CA certificate `ca` (PEM text).
+pub fn tls_agent(ca: &str) -> ureq::Agent {
+    let certs: Vec<ureq::tls::Certificate<'static>> = ureq::tls::parse_pem(ca.as_bytes())
+        .filter_map(|item| match item {
+            Ok(ureq::tls::PemItem::Certificate(cert)) => Some(cert.to_owned()),
+            _ => None,
+        })
+        .collect();
+    assert!(!certs.is_empty(), "a CA certificate");
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .tls_config(
+            ureq::tls::TlsConfig::builder()
+                .root_certs(ureq::tls::RootCerts::new_with_certs(&certs))
+                .build(),
+        )
         .build()
         .into()
 }
