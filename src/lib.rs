@@ -5,6 +5,7 @@ pub mod bench;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod dashboard;
 pub mod engine;
 pub mod executor;
 #[cfg(test)]

@@ -34,10 +34,45 @@ use crate::store::records::{PipelineSource, SourceFormat};
 pub struct ApiState {
     pub service: Service,
     pub admin_token: Arc<String>,
+    /// The listener speaks TLS (the dashboard's cookies are `Secure`).
+    pub tls: bool,
 }
 
 pub fn router(state: ApiState) -> Router {
-    let v1 = Router::new()
+    let v1 = v1_routes().layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    let dashboard = crate::dashboard::router(
+        Router::new()
+            .nest("/v1", v1_routes())
+            .with_state(state.clone()),
+        state.clone(),
+    );
+    // Authenticated by the writing attempt's own step token, not the admin token.
+    let outputs = Router::new().route("/v1/runs/{id}/steps/{step}/outputs", put(put_outputs));
+    Router::new()
+        .merge(outputs)
+        .route(
+            "/",
+            get(|| async { axum::response::Redirect::to("/ui/runs") }),
+        )
+        .nest_service("/ui", dashboard)
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .nest("/v1", v1)
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
+        // Spelled out: bodies above this are refused with 413 before they are read.
+        .layer(DefaultBodyLimit::max(limits::API_BODY_MAX_BYTES))
+        .layer(middleware::from_fn(request_deadline))
+        .layer(middleware::from_fn(json_errors))
+        .layer(middleware::from_fn(header_limit))
+        .layer(middleware::from_fn(drain::drain_unread_body))
+        .with_state(state)
+}
+
+/// The `/v1` routes, without authentication: `router` puts its layer around them; the
+/// dashboard calls them in-process for a signed-in user it has checked the same way.
+fn v1_routes() -> Router<ApiState> {
+    Router::new()
         .route("/runs", post(submit).get(list_runs))
         .route("/runs/{id}", get(show_run))
         .route("/runs/{id}/history", get(history))
@@ -62,23 +97,6 @@ pub fn router(state: ApiState) -> Router {
         .route("/dlq/{id}", get(show_dead_letter))
         .route("/dlq/{id}/requeue", post(requeue_dead_letter))
         .route("/dlq/{id}/discard", post(discard_dead_letter))
-        .layer(middleware::from_fn_with_state(state.clone(), authenticate));
-    // Authenticated by the writing attempt's own step token, not the admin token.
-    let outputs = Router::new().route("/v1/runs/{id}/steps/{step}/outputs", put(put_outputs));
-    Router::new()
-        .merge(outputs)
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .nest("/v1", v1)
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
-        // Spelled out: bodies above this are refused with 413 before they are read.
-        .layer(DefaultBodyLimit::max(limits::API_BODY_MAX_BYTES))
-        .layer(middleware::from_fn(request_deadline))
-        .layer(middleware::from_fn(json_errors))
-        .layer(middleware::from_fn(header_limit))
-        .layer(middleware::from_fn(drain::drain_unread_body))
-        .with_state(state)
 }
 
 /// Request headers over `limits::HTTP_HEADER_MAX_BYTES` are refused with a JSON 431
@@ -116,7 +134,7 @@ async fn json_errors(request: Request, next: Next) -> Response {
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/html"));
     if !(status.is_client_error() || status.is_server_error()) || is_json {
         return response;
     }
@@ -210,6 +228,12 @@ async fn readyz(State(state): State<ApiState>, headers: HeaderMap) -> Response {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .and_then(|token| auth::identify(token, &state.admin_token, &live.tokens));
+    readiness(&state, caller.is_some()).await
+}
+
+/// `/readyz`'s answer: everything for a caller with a token (`known`), only whether the
+/// service is ready for anyone else.
+pub(crate) async fn readiness(state: &ApiState, known: bool) -> Response {
     if !state.service.is_ready() {
         return unready("re-adopting".into());
     }
@@ -222,14 +246,15 @@ async fn readyz(State(state): State<ApiState>, headers: HeaderMap) -> Response {
     let depth = match state.service.store.read().and_then(|r| r.outbox_depth()) {
         Ok(depth) => depth,
         Err(error) => {
-            let reason = match caller {
-                Some(_) => error.to_string(),
-                None => "the store cannot be read".into(),
+            let reason = if known {
+                error.to_string()
+            } else {
+                "the store cannot be read".into()
             };
             return unready(reason);
         }
     };
-    if caller.is_none() {
+    if !known {
         return Json(dto::Readiness {
             ready: true,
             reason: None,

@@ -3,10 +3,10 @@
 
 mod client;
 pub(crate) mod explain;
-mod live;
+pub(crate) mod live;
 mod schedule;
 mod serve;
-mod table;
+pub(crate) mod table;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

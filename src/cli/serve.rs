@@ -149,6 +149,7 @@ async fn serve_async(
     let router = api::router(ApiState {
         service: service.clone(),
         admin_token: std::sync::Arc::new(admin_token),
+        tls: tls.is_some(),
     });
     tracing::info!(
         listen = %listener.local_addr()?,

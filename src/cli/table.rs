@@ -67,7 +67,7 @@ pub(super) fn print(table: &Table) {
 }
 
 /// An RFC 3339 time of the API.
-pub(super) fn time(value: &Value) -> Option<SystemTime> {
+pub(crate) fn time(value: &Value) -> Option<SystemTime> {
     value
         .as_str()
         .and_then(|s| humantime::parse_rfc3339(s).ok())
@@ -75,7 +75,7 @@ pub(super) fn time(value: &Value) -> Option<SystemTime> {
 
 /// How long from `start` to `end` (to `now` when there is no end yet), as `took` shows
 /// it; `-` without a start.
-pub(super) fn took(start: &Value, end: &Value, now: SystemTime) -> String {
+pub(crate) fn took(start: &Value, end: &Value, now: SystemTime) -> String {
     let Some(start) = time(start) else {
         return "-".to_string();
     };
@@ -84,7 +84,7 @@ pub(super) fn took(start: &Value, end: &Value, now: SystemTime) -> String {
 }
 
 /// `0.4s`, `12.0s`, `3m04s`, `2h05m`, `3d04h`: short, and sortable by eye.
-pub(super) fn duration(d: Duration) -> String {
+pub(crate) fn duration(d: Duration) -> String {
     let secs = d.as_secs();
     match secs {
         0..60 => format!("{secs}.{}s", d.subsec_millis() / 100),
@@ -95,7 +95,7 @@ pub(super) fn duration(d: Duration) -> String {
 }
 
 /// How long ago `at` was, as `duration` writes it.
-pub(super) fn age(at: &Value, now: SystemTime) -> String {
+pub(crate) fn age(at: &Value, now: SystemTime) -> String {
     match time(at) {
         Some(at) => duration(now.duration_since(at).unwrap_or_default()),
         None => "-".to_string(),

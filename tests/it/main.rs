@@ -12,6 +12,7 @@ mod appliance;
 mod cli;
 mod connections;
 mod crash;
+mod dashboard;
 mod edge;
 mod events;
 mod explain_pod;
