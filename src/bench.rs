@@ -55,7 +55,10 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         return match only.as_str() {
             "sweep" => sweep_row(options, &mut report),
             "admission" => admission_rows(options, &mut report),
-            _ => anyhow::bail!("--only: unknown measurement {only:?} (one of: sweep, admission)"),
+            "dashboard" => dashboard_rows(options, &mut report),
+            _ => anyhow::bail!(
+                "--only: unknown measurement {only:?} (one of: sweep, admission, dashboard)"
+            ),
         };
     }
 
@@ -146,7 +149,70 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         crash,
     );
     sweep_row(options, &mut report)?;
-    admission_rows(options, &mut report)
+    admission_rows(options, &mut report)?;
+    dashboard_rows(options, &mut report)
+}
+
+/// The dashboard with 100,000 runs stored (10,000 with `--quick`): a signed-in browser's
+/// first page of runs and one run's page, each timed over 30 requests on a real
+/// `scarab serve`, beside the API's own first page of runs.
+fn dashboard_rows(options: &Options, report: &mut Report) -> anyhow::Result<()> {
+    let runs = if options.quick { 10_000 } else { 100_000 };
+    let dir = options.dir.join("dashboard");
+    populate(&dir, runs, 0)?;
+    let exe = std::env::current_exe()?;
+    let mut server = Server::spawn(&exe, &dir)?;
+    server.wait_ready(Duration::from_secs(120))?;
+    let token = server.token()?;
+    let base = format!("http://127.0.0.1:{}", server.port);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .into();
+    let login = agent
+        .post(format!("{base}/ui/login"))
+        .content_type("application/x-www-form-urlencoded")
+        .send(format!("token={token}"))?;
+    let cookie = login
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .context("the login set no cookie")?
+        .to_string();
+    let time = |path: &str, auth: (&str, String)| -> anyhow::Result<Duration> {
+        let mut samples = Vec::new();
+        for _ in 0..30 {
+            let started = Instant::now();
+            let mut response = agent.get(format!("{base}{path}")).header(auth.0, &auth.1).call()?;
+            let _ = response.body_mut().read_to_vec()?;
+            anyhow::ensure!(response.status() == 200, "{path} answered {}", response.status());
+            samples.push(started.elapsed());
+        }
+        Ok(median(samples))
+    };
+    let page = time("/ui/runs", ("Cookie", cookie.clone()))?;
+    let api = time("/v1/runs?limit=50", ("Authorization", format!("Bearer {token}")))?;
+    let first: serde_json::Value = agent
+        .get(format!("{base}/v1/runs?limit=1"))
+        .header("Authorization", &format!("Bearer {token}"))
+        .call()?
+        .body_mut()
+        .read_json()?;
+    let id = first["runs"][0]["id"].as_str().context("a run")?.to_string();
+    let detail = time(&format!("/ui/runs/{id}"), ("Cookie", cookie))?;
+    server.kill9();
+    report.row(
+        &format!("dashboard, {runs} runs stored: first page of runs / one run's page"),
+        format!(
+            "{:.1} ms / {:.1} ms median (target < 100 ms); the API's first page {:.1} ms",
+            ms(page),
+            ms(detail),
+            ms(api)
+        ),
+    );
+    Ok(())
 }
 
 /// Admission control: the decision alone (a slot frees, the next step is chosen) with
