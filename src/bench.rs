@@ -185,22 +185,35 @@ fn dashboard_rows(options: &Options, report: &mut Report) -> anyhow::Result<()> 
         let mut samples = Vec::new();
         for _ in 0..30 {
             let started = Instant::now();
-            let mut response = agent.get(format!("{base}{path}")).header(auth.0, &auth.1).call()?;
+            let mut response = agent
+                .get(format!("{base}{path}"))
+                .header(auth.0, &auth.1)
+                .call()?;
             let _ = response.body_mut().read_to_vec()?;
-            anyhow::ensure!(response.status() == 200, "{path} answered {}", response.status());
+            anyhow::ensure!(
+                response.status() == 200,
+                "{path} answered {}",
+                response.status()
+            );
             samples.push(started.elapsed());
         }
         Ok(median(samples))
     };
     let page = time("/ui/runs", ("Cookie", cookie.clone()))?;
-    let api = time("/v1/runs?limit=50", ("Authorization", format!("Bearer {token}")))?;
+    let api = time(
+        "/v1/runs?limit=50",
+        ("Authorization", format!("Bearer {token}")),
+    )?;
     let first: serde_json::Value = agent
         .get(format!("{base}/v1/runs?limit=1"))
         .header("Authorization", &format!("Bearer {token}"))
         .call()?
         .body_mut()
         .read_json()?;
-    let id = first["runs"][0]["id"].as_str().context("a run")?.to_string();
+    let id = first["runs"][0]["id"]
+        .as_str()
+        .context("a run")?
+        .to_string();
     let detail = time(&format!("/ui/runs/{id}"), ("Cookie", cookie))?;
     server.kill9();
     report.row(

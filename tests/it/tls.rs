@@ -228,6 +228,26 @@ fn https_for_the_api_the_cli_and_webhooks_with_a_test_ca() {
     assert_eq!(code, 1, "the system's roots do not know the test CA");
     assert!(stderr.to_lowercase().contains("certificate"), "{stderr}");
 
+    // The dashboard's session cookie is Secure under TLS.
+    let login = Command::new("curl")
+        .args(["-sS", "-i", "--cacert"])
+        .arg(&first.ca)
+        .args(["--data-urlencode", &format!("token={}", server.token)])
+        .arg(format!("{}/ui/login", server.url))
+        .output()
+        .expect("curl");
+    let login = String::from_utf8_lossy(&login.stdout).to_string();
+    let cookie = login
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("set-cookie:"))
+        .unwrap_or_else(|| panic!("no cookie: {login}"));
+    assert!(
+        cookie.contains("HttpOnly")
+            && cookie.contains("SameSite=Strict")
+            && cookie.contains("; Secure"),
+        "{cookie}"
+    );
+
     // Plain HTTP on the TLS port: refused, and the service goes on.
     let plain = server.url.replace("https://", "http://");
     let (code, _, stderr) = scarab(&["runs", "--url", &plain, "--token", &server.token]);
