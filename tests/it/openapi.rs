@@ -107,7 +107,37 @@ fn let_statement_span(text: &str, name: &str) -> (usize, usize) {
     panic!("`{needle}` has no end");
 }
 
-/// `.nest("PREFIX", router_variable)` calls: (prefix, span of that variable's `let`).
+/// The span of `fn NAME(…) … { … }` (to its closing brace).
+fn fn_body_span(text: &str, name: &str) -> (usize, usize) {
+    let needle = format!("fn {name}(");
+    let start = text
+        .find(&needle)
+        .unwrap_or_else(|| panic!("no `{needle}` in src/api/mod.rs"));
+    let open = start + text[start..].find('{').expect("a function body");
+    let mut depth = 0;
+    let mut i = open;
+    while i < text.len() {
+        match text.as_bytes()[i] {
+            b'"' => {
+                i = string_literal(text, i).1;
+                continue;
+            }
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return (start, i);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    panic!("`{needle}` has no end");
+}
+
+/// `.nest("PREFIX", router_variable)` and `.nest("PREFIX", router_fn())` calls: (prefix,
+/// span of that variable's `let`, or of that function's body).
 fn nest_prefixes(text: &str) -> Vec<(String, (usize, usize))> {
     let mut nests = Vec::new();
     for (at, _) in text.match_indices(".nest(") {
@@ -115,8 +145,13 @@ fn nest_prefixes(text: &str) -> Vec<(String, (usize, usize))> {
         let (prefix, after) = string_literal(text, skip_whitespace(text, open + 1));
         let after = skip_whitespace(text, after);
         assert_eq!(&text[after..after + 1], ",", "`.nest(` with one argument");
-        let (variable, _) = identifier(text, skip_whitespace(text, after + 1));
-        nests.push((prefix, let_statement_span(text, variable)));
+        let (name, end) = identifier(text, skip_whitespace(text, after + 1));
+        let span = if text[end..].starts_with('(') {
+            fn_body_span(text, name)
+        } else {
+            let_statement_span(text, name)
+        };
+        nests.push((prefix, span));
     }
     nests
 }

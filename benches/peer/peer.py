@@ -1,0 +1,261 @@
+"""Scarab beside durable Celery: the same N one-step jobs (spawn /bin/true), 2 clients.
+
+Started by benches/peer/run.sh, which installs Redis and Celery. Every server runs on
+loopback in a scratch directory and is stopped at the end. Prints one table row per
+system and the ratio, plus each one's resident memory.
+"""
+
+import argparse
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+CLIENTS = 2
+
+TASKS = '''
+import subprocess
+from celery import Celery
+app = Celery("peer", broker="{url}", backend="{url}")
+app.conf.update(
+    task_acks_late=True,               # a task is acked only after it ran (durable)
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=1,
+    result_expires=3600,
+    broker_connection_retry_on_startup=True,
+)
+
+@app.task
+def true():
+    subprocess.run(["/bin/true"], check=True)
+    return 0
+'''
+
+PIPELINE = b"name: peer\nsteps:\n  - name: t\n    run: [/bin/true]\n"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_mb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def tree_rss_mb(pid):
+    """RSS of a process and all its descendants."""
+    total = rss_mb(pid)
+    try:
+        children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    except OSError:
+        children = []
+    for child in children:
+        total += tree_rss_mb(int(child))
+    return total
+
+
+def wait_port(port, within=30):
+    deadline = time.time() + within
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listens on {port}")
+
+
+def in_threads(work, n):
+    """Runs work(i) for i in range(CLIENTS) concurrently, returns their results."""
+    results = [None] * CLIENTS
+    errors = []
+
+    def run(i):
+        try:
+            results[i] = work(i, n // CLIENTS + (1 if i < n % CLIENTS else 0))
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(CLIENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def celery(n, fsync_always, scratch):
+    port = free_port()
+    data = tempfile.mkdtemp(dir=scratch)
+    args = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", data, "--save", ""]
+    if fsync_always:
+        args += ["--appendonly", "yes", "--appendfsync", "always"]
+    redis = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port)
+    url = f"redis://127.0.0.1:{port}/0"
+    app_dir = tempfile.mkdtemp(dir=scratch)
+    with open(os.path.join(app_dir, "peer_tasks.py"), "w") as f:
+        f.write(TASKS.format(url=url))
+    env = dict(os.environ, PYTHONPATH=app_dir)
+    worker = subprocess.Popen(
+        [os.path.join(os.path.dirname(sys.executable), "celery"), "-A", "peer_tasks", "worker",
+         "--pool=prefork", "--concurrency=2", "--loglevel=WARNING", "--without-gossip",
+         "--without-mingle", "--without-heartbeat"],
+        cwd=app_dir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    sys.path.insert(0, app_dir)
+    import importlib
+    tasks = importlib.import_module("peer_tasks")
+    importlib.reload(tasks)
+    sys.path.remove(app_dir)
+    try:
+        # Warm up: the worker is up and answering.
+        tasks.true.delay().get(timeout=60)
+        idle = tree_rss_mb(worker.pid) + rss_mb(redis.pid)
+
+        def client(_, count):
+            results = [tasks.true.delay() for _ in range(count)]
+            submitted = time.perf_counter()
+            for r in results:
+                r.get(timeout=600)
+            return submitted
+
+        start = time.perf_counter()
+        submitted = in_threads(client, n)
+        elapsed = time.perf_counter() - start
+        return {
+            "rate": n / elapsed,
+            "elapsed": elapsed,
+            "submit": max(submitted) - start,
+            "rss": idle,
+        }
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+        redis.terminate()
+        redis.wait()
+
+
+def scarab(n, exe, scratch):
+    port = free_port()
+    state = tempfile.mkdtemp(dir=scratch)
+    os.chmod(state, 0o700)
+    server = subprocess.Popen(
+        [exe, "serve", "--state-dir", state, "--listen", f"127.0.0.1:{port}"],
+        env=dict(os.environ, SCARAB_LOG="warn"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_port(port)
+        deadline = time.time() + 30
+        while not os.path.exists(os.path.join(state, "admin.token")) and time.time() < deadline:
+            time.sleep(0.05)
+        with open(os.path.join(state, "admin.token")) as f:
+            token = f.read().strip()
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/yaml"}
+
+        def finished():
+            conn = http.client.HTTPConnection("127.0.0.1", port)
+            conn.request("GET", "/metrics")
+            text = conn.getresponse().read().decode()
+            conn.close()
+            done = 0
+            for state_name in ("succeeded", "failed", "dead_lettered", "cancelled"):
+                m = re.search(r'^scarab_runs\{state="%s"\} (\d+)' % state_name, text, re.M)
+                if m:
+                    done += int(m.group(1))
+            return done
+
+        # Warm up with one run, then wait for it.
+        conn = http.client.HTTPConnection("127.0.0.1", port)
+        conn.request("POST", "/v1/runs", body=PIPELINE, headers=headers)
+        assert conn.getresponse().read() and True
+        conn.close()
+        while finished() < 1:
+            time.sleep(0.01)
+        idle = rss_mb(server.pid)
+
+        def client(_, count):
+            conn = http.client.HTTPConnection("127.0.0.1", port)  # keep-alive
+            for _ in range(count):
+                conn.request("POST", "/v1/runs", body=PIPELINE, headers=headers)
+                response = conn.getresponse()
+                body = response.read()
+                if response.status != 201:
+                    raise SystemExit(f"submit answered {response.status}: {body[:200]}")
+            conn.close()
+            return time.perf_counter()
+
+        start = time.perf_counter()
+        submitted = in_threads(client, n)
+        while finished() < n + 1:
+            time.sleep(0.005)
+        elapsed = time.perf_counter() - start
+        return {
+            "rate": n / elapsed,
+            "elapsed": elapsed,
+            "submit": max(submitted) - start,
+            "rss": idle,
+            "rss_after": rss_mb(server.pid),
+        }
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument("--scarab", required=True)
+    args = parser.parse_args()
+    scratch = tempfile.mkdtemp(prefix="peer-", dir=os.path.abspath("target"))
+    try:
+        results = {
+            "scarab": scarab(args.runs, os.path.abspath(args.scarab), scratch),
+            "celery_fsync_always": celery(args.runs, True, scratch),
+            "celery_default": celery(args.runs, False, scratch),
+        }
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    cpus = os.cpu_count()
+    print(f"machine: {cpus} cores; {args.runs} one-step /bin/true jobs, {CLIENTS} clients")
+    print("| system | jobs/s | all done in | submissions done in | idle RSS |")
+    print("|---|---|---|---|---|")
+    names = {
+        "scarab": "Scarab (every transition fsynced)",
+        "celery_fsync_always": "Celery 5 + Redis, appendfsync always (prefork, 2)",
+        "celery_default": "Celery 5 + Redis, default persistence (prefork, 2)",
+    }
+    for key, r in results.items():
+        print(f"| {names[key]} | {r['rate']:.0f} | {r['elapsed']:.2f} s | {r['submit']:.2f} s | {r['rss']:.1f} MB |")
+    ratio = results["scarab"]["rate"] / results["celery_fsync_always"]["rate"]
+    print(f"Scarab / durable Celery: {ratio:.2f}x (target >= 2)")
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
