@@ -532,7 +532,9 @@ fn sighup_raising_the_limit_admits_at_once_and_lowering_it_stops_nothing() {
     let logs = dir.path().join("logs");
     std::fs::create_dir_all(&logs).expect("logs");
     let out = logs.join("fences");
-    let yaml = marked(marker, &out, "3");
+    // Long enough that the first step still runs after both reloads (each waited for up
+    // to 2 s) on a loaded machine: the check below counts live processes.
+    let yaml = marked(marker, &out, "8");
     let ids: Vec<String> = (0..4).map(|_| server.submit(&yaml)).collect();
     let running = |server: &Server| {
         ids.iter()
