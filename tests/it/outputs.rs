@@ -113,10 +113,20 @@ fn outputs_are_authenticated_first_and_never_dropped_silently() {
             .first()
             .is_some_and(|a| a["state"] == "running")
     });
-    let token = std::fs::read_to_string(&token_file)
-        .expect("token")
-        .trim()
-        .to_string();
+    // `running` is recorded before the step is let go (the launch handshake): the file
+    // comes a moment later.
+    let deadline = std::time::Instant::now() + WITHIN;
+    let token = loop {
+        let token = std::fs::read_to_string(&token_file).unwrap_or_default();
+        if token.ends_with('\n') {
+            break token.trim().to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the step wrote no token"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     let path = format!("/v1/runs/{id}/steps/s/outputs");
     let (status, body) = put_outputs(&server, &path, &token, br#"{"bad": "a\u0000b"}"#);
     assert_eq!(status, 400, "{body}");
