@@ -127,6 +127,9 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
     // file. The step starts only once the service has durably recorded the launch as
     // confirmed (below), and the store never relaunches a confirmed attempt.
     files::write_json(dir, files::SUPERVISOR, &me, false)?;
+    // Built while the service records the launch (it needs nothing the go brings): the
+    // step's start then waits only for the fork. Judged after the go, as before.
+    let confinement = protected_paths(dir).and_then(|paths| Confinement::build(&paths));
     let go = match wait_for_go(dir, &events_tx, &events)? {
         Handshake::Go(go) => go,
         Handshake::Stop(reason) => {
@@ -183,7 +186,7 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
         )));
     }
     // Built before the fork: the child only applies it (see `confine`).
-    let confinement = match protected_paths(dir).and_then(|paths| Confinement::build(&paths)) {
+    let confinement = match confinement {
         Ok(confinement) => confinement,
         Err(error) => {
             let reason = format!("cannot confine the step: {error}");
