@@ -198,13 +198,19 @@ impl Dashboard {
             }
             None => Body::empty(),
         };
-        let mut request = request.body(body).expect("a request");
+        let request = request.body(body).expect("a request");
+        let response = self.raw(caller, request).await;
+        (response.status(), answer_json(response).await)
+    }
+
+    /// Runs one `/v1` request as `caller`, who was already checked, and answers as the
+    /// handler did (a stream stays a stream).
+    async fn raw(&self, caller: &Caller, mut request: Request) -> Response {
         request.extensions_mut().insert(caller.clone());
-        let response = match self.api.clone().oneshot(request).await {
+        match self.api.clone().oneshot(request).await {
             Ok(response) => response,
             Err(never) => match never {},
-        };
-        (response.status(), answer_json(response).await)
+        }
     }
 
     async fn get(&self, caller: &Caller, path: &str) -> Result<Value, Response> {
@@ -549,19 +555,15 @@ async fn log(
         query.attempt,
         query.offset.unwrap_or(0)
     );
-    let mut request = Request::builder()
+    if auth::permit(&viewer.caller, auth::Permission::Read).is_err() {
+        return StatusCode::FORBIDDEN.into_response();
+    }
+    let request = Request::builder()
         .method(Method::GET)
         .uri(&path)
         .body(Body::empty())
         .expect("a request");
-    if auth::permit(&viewer.caller, auth::Permission::Read).is_err() {
-        return StatusCode::FORBIDDEN.into_response();
-    }
-    request.extensions_mut().insert(viewer.caller.clone());
-    let response = match dashboard.api.clone().oneshot(request).await {
-        Ok(response) => response,
-        Err(never) => match never {},
-    };
+    let response = dashboard.raw(&viewer.caller, request).await;
     let status = response.status();
     let (next, size, finished) = {
         let headers = response.headers();
@@ -804,6 +806,9 @@ async fn events(
     let Some(viewer) = dashboard.viewer(&headers) else {
         return StatusCode::UNAUTHORIZED.into_response();
     };
+    if auth::permit(&viewer.caller, auth::Permission::Read).is_err() {
+        return StatusCode::FORBIDDEN.into_response();
+    }
     let mut path = "/v1/events".to_string();
     if let Some(run) = query.run {
         path.push_str(&format!("?run={}", encode(&run)));
@@ -822,9 +827,5 @@ async fn events(
     if let Some(last) = resume {
         request.headers_mut().insert("last-event-id", last);
     }
-    request.extensions_mut().insert(viewer.caller.clone());
-    match dashboard.api.clone().oneshot(request).await {
-        Ok(response) => response,
-        Err(never) => match never {},
-    }
+    dashboard.raw(&viewer.caller, request).await
 }

@@ -594,6 +594,34 @@ fn step_section(viewer: &Viewer, base: &str, step: &Value, now: SystemTime) -> S
     out
 }
 
+/// The requeue and discard (with a reason) forms of a dead letter or a quarantined run at
+/// `base`, for a user who may write; nothing for others. `id` names the buttons.
+fn requeue_or_discard(viewer: &Viewer, base: &str, id: &str) -> String {
+    if !viewer.may(Permission::Write) {
+        return String::new();
+    }
+    let reason = "<input name=\"reason\" required placeholder=\"why\" aria-label=\"reason\">";
+    format!(
+        "{}{}",
+        form(
+            viewer,
+            &format!("{base}/requeue"),
+            "",
+            "Requeue",
+            &format!("requeue-{id}"),
+            false
+        ),
+        form(
+            viewer,
+            &format!("{base}/discard"),
+            reason,
+            "Discard",
+            &format!("discard-{id}"),
+            true
+        )
+    )
+}
+
 fn value_text(value: &Value) -> String {
     match value {
         Value::String(text) => text.clone(),
@@ -754,30 +782,11 @@ pub fn operator(viewer: &Viewer, letters: &Value, quarantined: &Value, ready: &V
         for letter in &list {
             let id = letter["id"].to_string();
             let run = letter["run"].as_str().unwrap_or_default();
-            let actions = if viewer.may(Permission::Write) {
-                let base = format!("/ui/dlq/{}", enc(&id));
-                format!(
-                    "{}{}",
-                    form(
-                        viewer,
-                        &format!("{base}/requeue"),
-                        "",
-                        "Requeue",
-                        &format!("dlq-requeue-{id}"),
-                        false
-                    ),
-                    form(
-                        viewer,
-                        &format!("{base}/discard"),
-                        "<input name=\"reason\" required placeholder=\"why\" aria-label=\"reason\">",
-                        "Discard",
-                        &format!("dlq-discard-{id}"),
-                        true
-                    )
-                )
-            } else {
-                String::new()
-            };
+            let actions = requeue_or_discard(
+                viewer,
+                &format!("/ui/dlq/{}", enc(&id)),
+                &format!("dlq-{id}"),
+            );
             let _ = write!(
                 main,
                 "<tr><td>{}</td><td>{}</td><td><a href=\"/ui/runs/{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{actions}</td></tr>",
@@ -802,30 +811,7 @@ pub fn operator(viewer: &Viewer, letters: &Value, quarantined: &Value, ready: &V
         );
         for run in &runs {
             let id = run["id"].as_str().unwrap_or_default();
-            let actions = if viewer.may(Permission::Write) {
-                let base = format!("/ui/runs/{}", enc(id));
-                format!(
-                    "{}{}",
-                    form(
-                        viewer,
-                        &format!("{base}/requeue"),
-                        "",
-                        "Requeue",
-                        &format!("requeue-{id}"),
-                        false
-                    ),
-                    form(
-                        viewer,
-                        &format!("{base}/discard"),
-                        "<input name=\"reason\" required placeholder=\"why\" aria-label=\"reason\">",
-                        "Discard",
-                        &format!("discard-{id}"),
-                        true
-                    )
-                )
-            } else {
-                String::new()
-            };
+            let actions = requeue_or_discard(viewer, &format!("/ui/runs/{}", enc(id)), id);
             let failure = &run["failure_classification"];
             let _ = write!(
                 main,

@@ -6,7 +6,7 @@
 use crate::common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -104,26 +104,10 @@ fn tls_receiver(pki: &Pki) -> (String, Arc<Mutex<Vec<Delivery>>>) {
             let connection = rustls::ServerConnection::new(config.clone()).expect("conn");
             let mut tls = rustls::StreamOwned::new(connection, stream);
             let mut reader = BufReader::new(&mut tls);
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                continue; // A handshake the client gave up (an untrusted certificate).
-            }
-            let mut headers = HashMap::new();
-            loop {
-                line.clear();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some((name, value)) = line.trim_end().split_once(": ") {
-                    headers.insert(name.to_ascii_lowercase(), value.to_string());
-                }
-            }
-            let length = headers
-                .get("content-length")
-                .and_then(|l| l.parse().ok())
-                .unwrap_or(0);
-            let mut body = vec![0u8; length];
-            let _ = reader.read_exact(&mut body);
+            // None: a handshake the client gave up (an untrusted certificate).
+            let Some((headers, body)) = common::read_http_request(&mut reader) else {
+                continue;
+            };
             drop(reader);
             record.lock().expect("lock").push(Delivery {
                 headers,

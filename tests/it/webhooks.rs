@@ -3,7 +3,7 @@
 use crate::common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -43,24 +43,9 @@ impl Receiver {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { continue };
                 let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-                let mut headers = HashMap::new();
-                let mut line = String::new();
-                let _ = reader.read_line(&mut line);
-                loop {
-                    line.clear();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                        break;
-                    }
-                    if let Some((name, value)) = line.trim_end().split_once(": ") {
-                        headers.insert(name.to_ascii_lowercase(), value.to_string());
-                    }
-                }
-                let length = headers
-                    .get("content-length")
-                    .and_then(|l| l.parse().ok())
-                    .unwrap_or(0);
-                let mut body = vec![0u8; length];
-                let _ = reader.read_exact(&mut body);
+                let Some((headers, body)) = common::read_http_request(&mut reader) else {
+                    continue;
+                };
                 let mut seen = record.lock().expect("lock");
                 let event = headers.get("x-scarab-event-id").cloned();
                 let earlier = seen

@@ -445,6 +445,34 @@ pub fn agent() -> ureq::Agent {
         .into()
 }
 
+/// One HTTP/1.1 request read off `reader`: its headers (lower-case names) and its body
+/// (`Content-Length` bytes). `None` when the connection closed before a request line.
+pub fn read_http_request(
+    reader: &mut impl std::io::BufRead,
+) -> Option<(std::collections::HashMap<String, String>, Vec<u8>)> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+        return None;
+    }
+    let mut headers = std::collections::HashMap::new();
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = line.trim_end().split_once(": ") {
+            headers.insert(name.to_ascii_lowercase(), value.to_string());
+        }
+    }
+    let length = headers
+        .get("content-length")
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    let _ = reader.read_exact(&mut body);
+    Some((headers, body))
+}
+
 /// An HTTPS agent that trusts only the CA certificate `ca` (PEM text).
 pub fn tls_agent(ca: &str) -> ureq::Agent {
     let certs: Vec<ureq::tls::Certificate<'static>> = ureq::tls::parse_pem(ca.as_bytes())
