@@ -814,6 +814,11 @@ struct Server {
 
 impl Server {
     fn spawn(exe: &Path, dir: &Path) -> anyhow::Result<Server> {
+        Server::spawn_with(exe, dir, &[])
+    }
+
+    /// With these variables added to the service's environment.
+    fn spawn_with(exe: &Path, dir: &Path, env: &[(&str, String)]) -> anyhow::Result<Server> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -827,6 +832,7 @@ impl Server {
             ])
             .arg(dir)
             .env("SCARAB_LOG", "warn")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -969,7 +975,9 @@ fn crash_recovery(exe: &Path, dir: &Path, steps: u64) -> anyhow::Result<String> 
     let outputs = dir.join("outputs");
     std::fs::create_dir_all(&outputs)?;
     let state = dir.join("state");
-    let mut server = Server::spawn(exe, &state)?;
+    // Every step in flight at once: the local pool (the CPUs by default) must hold them.
+    let pool = [("SCARAB_MAX_PARALLEL_LOCAL", steps.to_string())];
+    let mut server = Server::spawn_with(exe, &state, &pool)?;
     server.wait_ready(Duration::from_secs(60))?;
     let token = server.token()?;
     let agent: ureq::Agent = ureq::Agent::config_builder()
@@ -1011,7 +1019,7 @@ fn crash_recovery(exe: &Path, dir: &Path, steps: u64) -> anyhow::Result<String> 
         std::thread::sleep(Duration::from_millis(50));
     }
     server.kill9();
-    let mut server = Server::spawn(exe, &state)?;
+    let mut server = Server::spawn_with(exe, &state, &pool)?;
     let readopted = server.wait_ready(Duration::from_secs(60))?;
     // Every run ends (each step writes its line 4 s after it started); a run that does not
     // end within the deadline is reported, and its steps without a line count as lost.
