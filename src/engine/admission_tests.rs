@@ -714,3 +714,125 @@ fn the_limits_refuse_what_they_could_never_admit() {
     pipeline.steps[0].locks.pop();
     assert!(limits.check(&pipeline).is_empty());
 }
+
+/// Each way an attempt ends gives its slot back where docs/admission.md says: a run
+/// queued behind it is admitted by the input that records the end (for a budget or a
+/// cancel, by the verdict of the stopped attempt, which holds its slot until then), and
+/// the scheduler's counts stay equal to the runs' states throughout.
+#[test]
+fn every_end_of_an_attempt_gives_its_slot_back() {
+    fn verdict(outcome: Outcome, now: Timestamp) -> Verdict {
+        Verdict {
+            outcome,
+            started: true,
+            reason: "sim".into(),
+            exit_code: None,
+            started_at: None,
+            finished_at: now,
+        }
+    }
+    let retried = || {
+        let mut with_retry = step("a", vec![], 1, &[], local());
+        with_retry.retry = Some(crate::pipeline::RetryPolicy {
+            on: crate::pipeline::RetryOn {
+                step: true,
+                ..Default::default()
+            },
+            max: 1,
+            backoff: crate::pipeline::Backoff {
+                initial: Duration::from_secs(30),
+                ..Default::default()
+            },
+        });
+        pipeline(vec![with_retry])
+    };
+    let budgeted = || {
+        let mut p = shape(0);
+        p.budget = Some(Duration::from_secs(1));
+        p
+    };
+    // (what ends the attempt, the pipeline, whether a stop precedes the verdict)
+    let endings: Vec<(&str, Pipeline)> = vec![
+        ("timeout", shape(0)),
+        ("lost", shape(0)),
+        ("dead letter", shape(0)),
+        ("retry backoff", retried()),
+        ("budget", budgeted()),
+        ("cancel", shape(0)),
+    ];
+    for (ending, first) in endings {
+        let mut world = World::new(limits(1, 1, &[]));
+        let a = world.submit(first, default_admission());
+        let b = world.submit(shape(0), default_admission());
+        assert!(world.scheduler.wait(b, 0).is_some(), "{ending}: b waits");
+        let fence = world.runs[&a].steps[0].in_flight().expect("a runs").fence;
+        let step = 0;
+        let now = world.now;
+        match ending {
+            "timeout" | "lost" | "retry backoff" => {
+                let outcome = match ending {
+                    "timeout" => Outcome::Failed(FailureClass::Timeout),
+                    "lost" => Outcome::Failed(FailureClass::Lost),
+                    _ => Outcome::Failed(FailureClass::Step),
+                };
+                world.input(a, Input::LaunchConfirmed { step, fence });
+                world.check();
+                assert!(world.scheduler.wait(b, 0).is_some(), "{ending}: still held");
+                world.input(
+                    a,
+                    Input::Verdict {
+                        step,
+                        fence,
+                        verdict: verdict(outcome, now),
+                    },
+                );
+            }
+            "dead letter" => world.input(
+                a,
+                Input::Undeliverable {
+                    step,
+                    fence,
+                    launch: true,
+                    reason: Undelivered::ExecutorUnavailable,
+                    detail: "sim".into(),
+                },
+            ),
+            "budget" | "cancel" => {
+                world.input(a, Input::LaunchConfirmed { step, fence });
+                let stop = if ending == "budget" {
+                    Input::TimerFired(Timer::Budget)
+                } else {
+                    Input::Cancel {
+                        by: "sim".into(),
+                        reason: None,
+                    }
+                };
+                world.input(a, stop);
+                world.check();
+                assert!(
+                    world.scheduler.wait(b, 0).is_some(),
+                    "{ending}: the stopped attempt holds its slot until its verdict"
+                );
+                world.input(
+                    a,
+                    Input::Verdict {
+                        step,
+                        fence,
+                        verdict: verdict(Outcome::Failed(FailureClass::Step), now),
+                    },
+                );
+            }
+            _ => unreachable!(),
+        }
+        world.check();
+        assert!(
+            world.started.contains(&(b, 0)),
+            "{ending}: the slot went to b; a is {:?}",
+            world.runs[&a].steps[0].state
+        );
+        assert!(
+            world.scheduler.wait(b, 0).is_none(),
+            "{ending}: b no longer waits"
+        );
+    }
+}
