@@ -6,6 +6,11 @@
 
 use std::borrow::Cow;
 
+/// `text` as one percent-encoded URL path segment or query value.
+pub fn url_encode(text: &str) -> String {
+    form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
 /// Characters that change how a line displays rather than being displayed: the C0 and C1
 /// controls and the Unicode bidirectional controls.
 pub fn is_unsafe(c: char) -> bool {

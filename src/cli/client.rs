@@ -290,13 +290,10 @@ fn follow(client: &Client, run: &str, output: Output) -> anyhow::Result<ExitCode
         let detail = answer.json()?;
         progress.show(&super::live::View::of_detail(&detail));
         let state = detail["state"].as_str().unwrap_or_default();
-        if matches!(
-            state,
-            "succeeded" | "failed" | "dead_lettered" | "cancelled" | "quarantined"
-        ) {
+        if table::run_ended(&detail) {
             eprintln!(
                 "{}",
-                super::live::verdict_line(run, state, &failure_of(&detail))
+                super::live::verdict_line(run, state, &table::failure_of(&detail))
             );
             if let Output::Json = output {
                 print_json(&detail)?;
@@ -341,33 +338,19 @@ pub fn runs(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Whether a run in this state has ended.
-fn ended(state: &str) -> bool {
-    matches!(
-        state,
-        "succeeded" | "failed" | "dead_lettered" | "cancelled" | "quarantined"
-    )
-}
-
 /// `scarab runs` for people: a page of runs, how old each is and how long it took (or
 /// has taken so far), and why it did not succeed.
 pub(super) fn render_runs(page: &Value, now: SystemTime, width: table::Width) -> String {
     let mut rows = table::new(&["ID", "PIPELINE", "STATE", "AGE", "TOOK", "WHY"], width);
     table::keep_whole(&mut rows, &[0, 2, 3, 4]);
     for run in page["runs"].as_array().into_iter().flatten() {
-        let state = shown(&run["state"]);
-        let end = if ended(&state) {
-            &run["updated_at"]
-        } else {
-            &Value::Null
-        };
         rows.add_row(vec![
             shown(&run["id"]),
             shown(&run["pipeline"]),
-            state,
+            shown(&run["state"]),
             table::age(&run["created_at"], now),
-            table::took(&run["created_at"], end, now),
-            why(run),
+            table::run_took(run, now),
+            table::why(run),
         ]);
     }
     let mut text = table::render(&rows);
@@ -436,24 +419,19 @@ pub fn show(args: &ClientArgs, run: &str) -> anyhow::Result<ExitCode> {
 /// the CLASS column only ever a failure class (`-` while there is none).
 pub(super) fn render_show(run: &Value, now: SystemTime, width: table::Width) -> String {
     let state = shown(&run["state"]);
-    let end = if ended(&state) {
-        &run["updated_at"]
-    } else {
-        &Value::Null
-    };
     let mut text = format!(
         "run {}  pipeline {}  state {state}\ncreated {}  updated {}  took {}\n",
         shown(&run["id"]),
         shown(&run["pipeline"]),
         shown(&run["created_at"]),
         shown(&run["updated_at"]),
-        table::took(&run["created_at"], end, now),
+        table::run_took(run, now),
     );
-    let standing = why(run);
+    let standing = table::why(run);
     if standing.starts_with("auto-retrying") || standing.starts_with("quarantined") {
         text.push_str(&format!("{standing}\n"));
     }
-    let failure = failure_of(run);
+    let failure = table::failure_of(run);
     if !failure.is_empty() {
         let retryable = if run["failure_classification"]["auto_retryable"] == true {
             "auto-retryable"
@@ -684,37 +662,6 @@ pub fn retry(args: &ClientArgs, run: &str, from: Option<&str>) -> anyhow::Result
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Why a run (its detail or summary) did not succeed, as a sentence; empty when it did
-/// or is still going.
-fn failure_of(run: &Value) -> String {
-    let failure = &run["failure_classification"];
-    if !failure.is_object() {
-        return String::new();
-    }
-    let step = shown(&failure["step"]);
-    super::live::failure_sentence(
-        &shown(&failure["category"]),
-        (!step.is_empty()).then_some(step.as_str()),
-        &shown(&failure["reason"]),
-    )
-}
-
-/// The WHY of a run for people: its failure category, and where the auto-retry sweep
-/// stands ("auto-retrying (1/2)", "quarantined: …").
-fn why(run: &serde_json::Value) -> String {
-    let category = shown(&run["failure_classification"]["category"]);
-    let retry = &run["auto_retry"];
-    if retry["quarantined"] == true {
-        return format!("quarantined: {}", shown(&retry["reason"]));
-    }
-    let attempts = retry["attempts"].as_u64().unwrap_or(0);
-    let state = shown(&run["state"]);
-    if attempts > 0 && matches!(state.as_str(), "queued" | "running" | "waiting") {
-        return format!("auto-retrying ({attempts}/{})", retry["max"]);
-    }
-    category.to_string()
 }
 
 /// `scarab requeue RUN` and `scarab discard RUN --reason WHY` for quarantined runs.

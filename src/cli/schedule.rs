@@ -8,6 +8,8 @@ use serde_json::{Value, json};
 
 use super::client::{Client, fail, print_json, shown};
 use super::{ClientArgs, Output, table};
+// A schedule name in a URL path (names are `[A-Za-z0-9_.-]`, but a typo may not be).
+use crate::text::url_encode as encode;
 
 /// What `scarab schedule create` sends.
 pub struct Create<'a> {
@@ -203,9 +205,4 @@ fn or_dash(text: String) -> String {
     } else {
         text
     }
-}
-
-/// A schedule name in a URL path (names are `[A-Za-z0-9_.-]`, but a typo may not be).
-fn encode(name: &str) -> String {
-    form_urlencoded::byte_serialize(name.as_bytes()).collect()
 }

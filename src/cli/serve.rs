@@ -1,6 +1,6 @@
 //! `scarab serve`: the service with its HTTP API, stopped cleanly by SIGTERM or SIGINT.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::ExitCode;
@@ -305,11 +305,7 @@ fn ensure_admin_token(path: &Path) -> anyhow::Result<String> {
         anyhow::ensure!(!token.is_empty(), "{} is empty", path.display());
         return Ok(token);
     }
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .context("reading /dev/urandom")?;
-    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let token = crate::service::tokens::random_hex().context("reading /dev/urandom")?;
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

@@ -102,6 +102,59 @@ pub(crate) fn age(at: &Value, now: SystemTime) -> String {
     }
 }
 
+/// A string of the API's answer as a terminal may show it (`text::escape`); empty when
+/// it is not a string.
+fn shown(value: &Value) -> String {
+    crate::text::escape(value.as_str().unwrap_or_default()).into_owned()
+}
+
+/// Whether a run (its detail or summary) has ended.
+pub(crate) fn run_ended(run: &Value) -> bool {
+    run["state"]
+        .as_str()
+        .and_then(crate::engine::RunState::parse)
+        .is_some_and(crate::engine::RunState::is_terminal)
+}
+
+/// How long a run took: from its submission to its end, or to `now` while it goes on.
+pub(crate) fn run_took(run: &Value, now: SystemTime) -> String {
+    let end = if run_ended(run) {
+        &run["updated_at"]
+    } else {
+        &Value::Null
+    };
+    took(&run["created_at"], end, now)
+}
+
+/// Why a run did not succeed, as a sentence (`step build failed: exit code 101`); empty
+/// when it did or is still going.
+pub(crate) fn failure_of(run: &Value) -> String {
+    let failure = &run["failure_classification"];
+    if !failure.is_object() {
+        return String::new();
+    }
+    let step = shown(&failure["step"]);
+    super::live::failure_sentence(
+        &shown(&failure["category"]),
+        (!step.is_empty()).then_some(step.as_str()),
+        &shown(&failure["reason"]),
+    )
+}
+
+/// The WHY of a run for people: its failure category, and where the auto-retry sweep
+/// stands ("auto-retrying (1/2)", "quarantined: …").
+pub(crate) fn why(run: &Value) -> String {
+    let retry = &run["auto_retry"];
+    if retry["quarantined"] == true {
+        return format!("quarantined: {}", shown(&retry["reason"]));
+    }
+    let attempts = retry["attempts"].as_u64().unwrap_or(0);
+    if attempts > 0 && !run_ended(run) {
+        return format!("auto-retrying ({attempts}/{})", retry["max"]);
+    }
+    shown(&run["failure_classification"]["category"])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,6 +31,8 @@ use tower::ServiceExt;
 
 use crate::api::ApiState;
 use crate::api::auth::{self, Caller};
+use crate::service::tokens::random_hex;
+use crate::text::url_encode as encode;
 
 /// Sessions kept at once; a login beyond it ends the oldest.
 const SESSIONS_MAX: usize = 1024;
@@ -137,15 +139,6 @@ fn html(status: StatusCode, body: String) -> Response {
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
-}
-
-fn random_hex() -> String {
-    use std::io::Read;
-    let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .expect("reading /dev/urandom");
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The signed-in user of a request.
@@ -314,8 +307,16 @@ async fn login(
             pages::login(Some("that token is not valid")),
         );
     };
+    let (Ok(id), Ok(csrf)) = (random_hex(), random_hex()) else {
+        return html(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            pages::error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "no randomness for a session (/dev/urandom)",
+            ),
+        );
+    };
     tracing::info!(caller = %caller.name, role = caller.role.as_str(), "dashboard login");
-    let id = random_hex();
     {
         let mut sessions = dashboard.sessions.lock().expect("sessions");
         sessions.retain(|_, s| s.created.elapsed() <= SESSION_TTL);
@@ -331,7 +332,7 @@ async fn login(
             id.clone(),
             Session {
                 caller,
-                csrf: random_hex(),
+                csrf,
                 created: Instant::now(),
             },
         );
@@ -472,9 +473,10 @@ async fn runs(
     if found.iter().any(|r| r["state"] == "queued")
         && let Ok(queue) = dashboard.get(&viewer.caller, "/queue?limit=1000").await
     {
-        for (index, entry) in queue["queued"].as_array().into_iter().flatten().enumerate() {
-            if let Some(run) = entry["run"].as_str() {
-                positions.entry(run.to_string()).or_insert(index as u64 + 1);
+        for entry in queue["queued"].as_array().into_iter().flatten() {
+            if let (Some(run), Some(position)) = (entry["run"].as_str(), entry["position"].as_u64())
+            {
+                positions.entry(run.to_string()).or_insert(position);
             }
         }
     }
@@ -497,10 +499,6 @@ fn cursor_of(run: &Value) -> Option<String> {
         .ok()?
         .as_millis();
     Some(format!("{ms}.{}", run["id"].as_str()?))
-}
-
-fn encode(text: &str) -> String {
-    form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
 
 async fn run(

@@ -11,8 +11,9 @@ use serde_json::Value;
 
 use super::Viewer;
 use crate::api::auth::Permission;
-use crate::cli::live::failure_sentence;
-use crate::cli::table::{age, took};
+use crate::cli::table::{self, age, run_took, took};
+// A path segment or query value, percent-encoded (then safe in an attribute too).
+use crate::text::url_encode as enc;
 
 /// Text for an HTML text node or a quoted attribute value.
 pub fn esc(text: &str) -> String {
@@ -33,11 +34,6 @@ pub fn esc(text: &str) -> String {
 /// A string field of the API's JSON, escaped (empty when absent).
 fn s(value: &Value) -> String {
     esc(value.as_str().unwrap_or_default())
-}
-
-/// A path segment or query value, percent-encoded (and then safe in an attribute).
-fn enc(text: &str) -> String {
-    form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
 
 /// A CSS class name from a state: only `[a-z_]` survives.
@@ -143,36 +139,10 @@ pub fn error(status: StatusCode, message: &str) -> String {
     )
 }
 
-/// Why a run is where it is: `auto-retrying (1/2)`, `quarantined: …`, or its category.
+/// Why a run is where it is (`auto-retrying (1/2)`, `quarantined: …`, its category), as
+/// the CLI says it.
 fn why(run: &Value) -> String {
-    let retry = &run["auto_retry"];
-    if retry["quarantined"] == true {
-        return format!("quarantined: {}", s(&retry["reason"]));
-    }
-    let attempts = retry["attempts"].as_u64().unwrap_or(0);
-    let state = run["state"].as_str().unwrap_or_default();
-    if attempts > 0 && matches!(state, "queued" | "running" | "waiting") {
-        return format!("auto-retrying ({attempts}/{})", retry["max"]);
-    }
-    s(&run["failure_classification"]["category"])
-}
-
-fn ended(state: &str) -> bool {
-    matches!(
-        state,
-        "succeeded" | "failed" | "dead_lettered" | "cancelled" | "quarantined"
-    )
-}
-
-/// How long a run took (so far, while it is in progress).
-fn run_took(run: &Value, now: SystemTime) -> String {
-    let state = run["state"].as_str().unwrap_or_default();
-    let end = if ended(state) {
-        &run["updated_at"]
-    } else {
-        &Value::Null
-    };
-    took(&run["created_at"], end, now)
+    esc(&table::why(run))
 }
 
 const STATES: [&str; 8] = [
@@ -312,25 +282,19 @@ pub fn run(viewer: &Viewer, run: &Value, history: &Value, now: SystemTime) -> Vi
     if standing.starts_with("auto-retrying") || standing.starts_with("quarantined") {
         let _ = write!(main, "<p class=\"standing\">{standing}</p>");
     }
-    let failure = &run["failure_classification"];
-    if failure.is_object() {
-        let step = failure["step"].as_str();
-        let sentence = failure_sentence(
-            failure["category"].as_str().unwrap_or_default(),
-            step,
-            failure["reason"].as_str().unwrap_or_default(),
-        );
+    let failure = table::failure_of(run);
+    if !failure.is_empty() {
         let _ = write!(
             main,
             "<p class=\"failure\" id=\"failure\">{} <span class=\"category\">{}</span></p>",
-            esc(&sentence),
-            s(&failure["category"])
+            esc(&failure),
+            s(&run["failure_classification"]["category"])
         );
     }
     // What this user may do to the run, as the API would allow it.
     let mut actions = String::new();
     if viewer.may(Permission::Write) {
-        if !ended(state) {
+        if !table::run_ended(run) {
             actions.push_str(&form(
                 viewer,
                 &format!("{base}/cancel"),
@@ -340,7 +304,7 @@ pub fn run(viewer: &Viewer, run: &Value, history: &Value, now: SystemTime) -> Vi
                 true,
             ));
         }
-        if ended(state) {
+        if table::run_ended(run) {
             let steps: String = run["steps"]
                 .as_array()
                 .into_iter()
@@ -812,7 +776,6 @@ pub fn operator(viewer: &Viewer, letters: &Value, quarantined: &Value, ready: &V
         for run in &runs {
             let id = run["id"].as_str().unwrap_or_default();
             let actions = requeue_or_discard(viewer, &format!("/ui/runs/{}", enc(id)), id);
-            let failure = &run["failure_classification"];
             let _ = write!(
                 main,
                 "<tr><td><a href=\"/ui/runs/{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{actions}</td></tr>",
@@ -820,11 +783,7 @@ pub fn operator(viewer: &Viewer, letters: &Value, quarantined: &Value, ready: &V
                 esc(id),
                 s(&run["pipeline"]),
                 why(run),
-                esc(&failure_sentence(
-                    failure["category"].as_str().unwrap_or_default(),
-                    failure["step"].as_str(),
-                    failure["reason"].as_str().unwrap_or_default()
-                )),
+                esc(&table::failure_of(run)),
             );
         }
         main.push_str("</tbody></table>");

@@ -167,10 +167,11 @@ impl Events {
         if after + 1 < first {
             return Err(ring.items.back().map_or(after, |e| e.seq));
         }
-        let start = (after + 1 - first) as usize;
+        let start = usize::try_from(after + 1 - first)
+            .map_or(ring.items.len(), |start| start.min(ring.items.len()));
         let mut position = after;
         let mut found = Vec::new();
-        for event in ring.items.iter().skip(start) {
+        for event in ring.items.range(start..) {
             if found.len() == max {
                 break;
             }

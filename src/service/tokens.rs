@@ -8,6 +8,15 @@ use subtle::ConstantTimeEq;
 
 use crate::engine::{Fence, RunId};
 
+/// 256 random bits from the kernel, as 64 hex digits: the admin token, the step-token
+/// key, a dashboard session id or CSRF token.
+pub fn random_hex() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// The service's step-token key and the URL steps reach the API at.
 #[derive(Clone)]
 pub struct StepTokens {
