@@ -126,7 +126,16 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
     // Not fsynced: what makes a relaunch safe after a power cut is the store, not this
     // file. The step starts only once the service has durably recorded the launch as
     // confirmed (below), and the store never relaunches a confirmed attempt.
-    files::write_json(dir, files::SUPERVISOR, &me, false)?;
+    if let Err(error) = files::write_json(dir, files::SUPERVISOR, &me, false) {
+        // Before the go, so the step has not started: a full disk here is a step that
+        // never started (retried), not a supervisor gone without a verdict (`lost`). The
+        // verdict is written patiently, as every verdict is.
+        return Ok(Some(never_ran_verdict(
+            Outcome::Failed(FailureClass::InfraNeverStarted),
+            &format!("cannot record the supervisor in the attempt directory: {error}"),
+            false,
+        )));
+    }
     // Built while the service records the launch (it needs nothing the go brings): the
     // step's start then waits only for the fork. Judged after the go, as before.
     let confinement = protected_paths(dir).and_then(|paths| Confinement::build(&paths));
@@ -224,8 +233,11 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
     if let Some(err) = child.stderr.take() {
         capture(err, append(dir, files::STDERR)?, masker(), copied_tx);
     }
+    // What lets a later service stop this step if this supervisor dies. A full disk must
+    // not end the supervision of a step that already runs (returning here would orphan
+    // it): without the file, this supervisor still stops the step's group at its end.
     if let Some(identity) = ProcessIdentity::of(pid) {
-        files::write_json(dir, files::CHILD, &identity, false)?;
+        let _ = files::write_json(dir, files::CHILD, &identity, false);
     }
     std::thread::spawn(move || {
         if let Ok(status) = child.wait() {
