@@ -2607,7 +2607,7 @@ _scarab() {
             return 0
             ;;
         scarab__subcmd__supervise)
-            opts="-h --help"
+            opts="-h --zygote --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -378,6 +378,7 @@ complete -c scarab -n "__fish_scarab_using_subcommand output; and not __fish_see
 complete -c scarab -n "__fish_scarab_using_subcommand output; and __fish_seen_subcommand_from set" -s h -l help -d 'Print help'
 complete -c scarab -n "__fish_scarab_using_subcommand output; and __fish_seen_subcommand_from help" -f -a "set" -d 'Store KEY = VALUE for this attempt; refused (exit 2) if a newer attempt exists'
 complete -c scarab -n "__fish_scarab_using_subcommand output; and __fish_seen_subcommand_from help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c scarab -n "__fish_scarab_using_subcommand supervise" -l zygote -d 'Fork supervisors on the service\'s request (stdin is its socket)'
 complete -c scarab -n "__fish_scarab_using_subcommand supervise" -s h -l help -d 'Print help'
 complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "serve" -d 'Run the service: HTTP API, engine and executors'
 complete -c scarab -n "__fish_scarab_using_subcommand help; and not __fish_seen_subcommand_from serve config run validate schema completions man version explain-pod submit queue runs show logs schedule dlq backup restore requeue discard retry watch cancel approve reject bench output supervise help" -f -a "config" -d 'The configuration file'

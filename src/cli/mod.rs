@@ -861,7 +861,13 @@ enum Command {
     },
     /// Supervise one local attempt (started by the service; not for direct use).
     #[command(hide = true)]
-    Supervise { dir: PathBuf },
+    Supervise {
+        #[arg(required_unless_present = "zygote")]
+        dir: Option<PathBuf>,
+        /// Fork supervisors on the service's request (stdin is its socket).
+        #[arg(long, conflicts_with = "dir")]
+        zygote: bool,
+    },
 }
 
 /// Who decides a gate and why; both are recorded with the decision.
@@ -1115,8 +1121,16 @@ fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Output {
             action: OutputCommand::Set { key, value },
         } => client::output_set(&key, &value),
-        Command::Supervise { dir } => {
-            crate::executor::local::supervisor::supervise(&dir)?;
+        Command::Supervise { dir, zygote } => {
+            if zygote {
+                // SAFETY: descriptor 0 is this process's stdin, the socket the service
+                // passed, and nothing else in this process owns it.
+                let socket =
+                    unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(0) };
+                crate::executor::local::zygote::serve(socket)?;
+            } else if let Some(dir) = dir {
+                crate::executor::local::supervisor::supervise(&dir)?;
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

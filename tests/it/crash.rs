@@ -212,3 +212,81 @@ fn restore_of_an_older_store_stops_foreign_attempts_and_never_reuses_a_fence() {
         "fences are never reused after a restore"
     );
 }
+
+/// The parent pid of `pid` (field 4 of /proc/PID/stat), while it runs.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Runs one step that records its supervisor's pid (its shell's parent) and stays a
+/// moment; returns the run's id and that pid.
+fn supervised_step(server: &Server, dir: &std::path::Path, name: &str) -> (String, i32) {
+    let file = dir.join(name);
+    let id = server.submit(&format!(
+        "name: {name}\nsteps:\n  - name: a\n    run: [sh, -c, 'echo $PPID > {}; sleep 1']\n",
+        file.display()
+    ));
+    (id, wait_pid_file(&file, WITHIN))
+}
+
+#[test]
+fn supervisors_come_from_a_zygote_that_ends_with_the_service_and_a_killed_one_costs_nothing() {
+    let dir = common::tempdir().expect("tempdir");
+    let mut server = Server::start(&dir.path().join("state"));
+    let service = server.pid().expect("running") as i32;
+
+    let (first, supervisor) = supervised_step(&server, dir.path(), "first");
+    let zygote = parent_of(supervisor).expect("the supervisor runs");
+    assert_ne!(zygote, service, "the supervisor was forked, not executed");
+    assert_eq!(
+        parent_of(zygote),
+        Some(service),
+        "the zygote is the service's"
+    );
+    let cmdline = std::fs::read(format!("/proc/{zygote}/cmdline")).expect("cmdline");
+    assert!(
+        cmdline.ends_with(b"supervise\0--zygote\0"),
+        "{:?}",
+        String::from_utf8_lossy(&cmdline)
+    );
+
+    // A killed zygote: what it forked goes on, the next launch executes the supervisor
+    // instead, and the one after has a new zygote.
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(zygote).expect("pid"),
+        rustix::process::Signal::KILL,
+    )
+    .expect("kill the zygote");
+    let run = server.wait_terminal(&first, WITHIN);
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    let (second, supervisor) = supervised_step(&server, dir.path(), "second");
+    assert_eq!(parent_of(supervisor), Some(service), "executed directly");
+    let run = server.wait_terminal(&second, WITHIN);
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+    assert!(
+        server.log().contains("supervisor zygote failed"),
+        "{}",
+        server.log()
+    );
+    let (third, supervisor) = supervised_step(&server, dir.path(), "third");
+    let new_zygote = parent_of(supervisor).expect("the supervisor runs");
+    assert!(
+        ![zygote, service].contains(&new_zygote),
+        "a new zygote: {new_zygote}"
+    );
+    let run = server.wait_terminal(&third, WITHIN);
+    assert_eq!(run["state"], "succeeded", "{run:#}");
+
+    // kill -9 of the service closes the zygote's socket, and the zygote ends.
+    server.kill9();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while process_alive(new_zygote) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the zygote outlived the service"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -5,6 +5,7 @@ pub mod confine;
 pub mod files;
 pub mod mask;
 pub mod supervisor;
+pub mod zygote;
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -40,10 +41,14 @@ struct Inner {
     /// With the secrets (variable, secret name) their step references, resolved only
     /// when the go is sent.
     awaiting_go: Mutex<HashMap<Fence, AwaitingGo>>,
+    /// Forks supervisors (see `zygote`); started at the first launch, and again after it
+    /// failed.
+    zygote: tokio::sync::Mutex<Option<zygote::Zygote>>,
 }
 
-/// A supervisor's stdin, and the secrets (variable, secret name) its step references.
-type AwaitingGo = (tokio::process::ChildStdin, Vec<(String, String)>);
+/// The write end of a supervisor's stdin, and the secrets (variable, secret name) its
+/// step references.
+type AwaitingGo = (OwnedFd, Vec<(String, String)>);
 
 /// What an attempt directory says about its attempt.
 enum Probe {
@@ -89,6 +94,7 @@ impl LocalExecutor {
                 reports,
                 watching: Mutex::new(HashSet::new()),
                 awaiting_go: Mutex::new(HashMap::new()),
+                zygote: tokio::sync::Mutex::new(None),
             }),
         })
     }
@@ -167,51 +173,97 @@ impl LocalExecutor {
         dir: &Path,
         secrets: Vec<(String, String)>,
     ) -> Result<(), ExecutorError> {
-        let mut command = tokio::process::Command::new(&self.inner.supervisor_exe);
-        command
-            .arg("supervise")
-            .arg(dir)
-            // A clean environment: the supervisor, and the step after it, never see the
-            // service's own (its tokens, its configuration), only what `step_environment`
-            // lets through.
-            .env_clear()
-            .envs(step_environment(&self.inner.steps.env_passthrough))
-            .env(
-                crate::service::STEP_UMASK_VAR,
-                format!("{:o}", crate::service::private_files()),
-            )
-            .env(confine::PROTECT_VAR, self.protected_paths())
-            // The launch handshake (see `supervisor::wait_for_go`).
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // No pre_exec hook: the supervisor makes its own session (see `supervise`).
-        let mut child = match command.spawn() {
-            Ok(child) => child,
+        let protected = self.protected_paths();
+        let exit = match self.fork_supervisor(dir, &protected).await {
+            Ok((pidfd, go)) => {
+                self.await_go(fence, go, secrets);
+                Exit::Pidfd(pidfd)
+            }
             Err(error) => {
-                // The shim never ran, so neither did the step: never-started, retryable.
-                let reason = format!("could not start the supervisor: {error}");
-                let verdict = never_started(FailureClass::InfraNeverStarted, reason);
-                self.report(run, step, fence, verdict).await;
-                return Ok(());
+                tracing::warn!(%fence, %error, "the supervisor zygote failed; executing the supervisor instead");
+                let mut command = self.supervisor_command();
+                command
+                    .arg("supervise")
+                    .arg(dir)
+                    .env(confine::PROTECT_VAR, &protected)
+                    // The launch handshake (see `supervisor::wait_for_go`).
+                    .stdin(Stdio::piped());
+                // No pre_exec hook: the supervisor makes its own session (see `supervise`).
+                let mut child = match command.spawn() {
+                    Ok(child) => child,
+                    Err(error) => {
+                        // The shim never ran, so neither did the step: never-started,
+                        // retryable.
+                        let reason = format!("could not start the supervisor: {error}");
+                        let verdict = never_started(FailureClass::InfraNeverStarted, reason);
+                        self.report(run, step, fence, verdict).await;
+                        return Ok(());
+                    }
+                };
+                if let Some(go) = child.stdin.take().and_then(|s| s.into_owned_fd().ok()) {
+                    self.await_go(fence, go, secrets);
+                }
+                Exit::Child(child)
             }
         };
-        if let Some(stdin) = child.stdin.take()
-            && let Ok(mut awaiting) = self.inner.awaiting_go.lock()
-        {
-            awaiting.insert(fence, (stdin, secrets));
-        }
         if !self.start_watching(fence) {
             return Ok(());
         }
         let this = self.clone();
         let dir = dir.to_path_buf();
         tokio::spawn(async move {
-            let _ = child.wait().await;
+            match exit {
+                Exit::Child(mut child) => {
+                    let _ = child.wait().await;
+                }
+                Exit::Pidfd(pidfd) => wait_for_pidfd(pidfd).await,
+            }
             this.forget_go(fence);
             this.on_supervisor_exit(run, step, fence, &dir, false).await;
         });
         Ok(())
+    }
+
+    /// The supervisor (and the zygote) start from a clean environment: they, and the
+    /// steps after them, never see the service's own (its tokens, its configuration), only
+    /// what `step_environment` lets through.
+    fn supervisor_command(&self) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(&self.inner.supervisor_exe);
+        command
+            .env_clear()
+            .envs(step_environment(&self.inner.steps.env_passthrough))
+            .env(
+                crate::service::STEP_UMASK_VAR,
+                format!("{:o}", crate::service::private_files()),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command
+    }
+
+    /// A supervisor forked by the zygote (started first if there is none): its pidfd and
+    /// the write end of its launch handshake. A zygote that fails is dropped (it ends when
+    /// its socket closes) and started afresh at the next launch.
+    async fn fork_supervisor(&self, dir: &Path, protected: &str) -> io::Result<(OwnedFd, OwnedFd)> {
+        let mut slot = self.inner.zygote.lock().await;
+        let zygote = match slot.take() {
+            Some(zygote) => zygote,
+            None => {
+                let mut command = self.supervisor_command();
+                command.arg("supervise").arg("--zygote");
+                zygote::Zygote::start(command)?
+            }
+        };
+        let (go_read, go_write) = io::pipe()?;
+        let pidfd = zygote.fork(dir, protected, go_read.into()).await?;
+        *slot = Some(zygote);
+        Ok((pidfd, go_write.into()))
+    }
+
+    fn await_go(&self, fence: Fence, go: OwnedFd, secrets: Vec<(String, String)>) {
+        if let Ok(mut awaiting) = self.inner.awaiting_go.lock() {
+            awaiting.insert(fence, (go, secrets));
+        }
     }
 
     /// Starts a new supervisor for a confirmed attempt whose step never started, and lets
@@ -402,10 +454,7 @@ impl Executor for LocalExecutor {
             .lock()
             .ok()
             .and_then(|mut a| a.remove(&fence));
-        let Some((stdin, secrets)) = awaiting else {
-            return;
-        };
-        let Ok(fd) = stdin.into_owned_fd() else {
+        let Some((fd, secrets)) = awaiting else {
             return;
         };
         // The go byte, then the step's secrets as one line: they travel only through this
@@ -555,18 +604,48 @@ fn pidfd_for(identity: ProcessIdentity, dir: &Path) -> Option<OwnedFd> {
 /// Waits until the supervisor exits: a pidfd becomes readable when that very process
 /// ends; where one cannot be polled, liveness is checked twice a second.
 async fn wait_for_exit(identity: ProcessIdentity, dir: &Path) {
-    let readable = tokio::io::Interest::READABLE;
-    // SAFETY: the AsyncFd owns the OwnedFd, so the descriptor stays open and refers to
-    // the same pidfd for the AsyncFd's whole life.
-    if let Some(pidfd) = pidfd_for(identity, dir)
-        && let Ok(fd) = unsafe { tokio::io::unix::AsyncFd::register_with_interest(pidfd, readable) }
-    {
-        let _ = fd.readable().await;
-        return;
+    if let Some(pidfd) = pidfd_for(identity, dir) {
+        return wait_for_pidfd(pidfd).await;
     }
     while identity.is_alive() && files::supervisor_holds_lock(dir).unwrap_or(false) {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Waits until the process of `pidfd` ends (its pidfd becomes readable); where the pidfd
+/// cannot be registered with the reactor, it is polled twice a second.
+async fn wait_for_pidfd(pidfd: OwnedFd) {
+    let readable = tokio::io::Interest::READABLE;
+    // SAFETY: the AsyncFd owns the OwnedFd, so the descriptor stays open and refers to
+    // the same pidfd for the AsyncFd's whole life.
+    let pidfd = match unsafe { tokio::io::unix::AsyncFd::register_with_interest(pidfd, readable) } {
+        Ok(fd) => {
+            let _ = fd.readable().await;
+            return;
+        }
+        Err(refused) => refused.into_parts().0,
+    };
+    let now = rustix::event::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    loop {
+        let mut ready = [rustix::event::PollFd::new(
+            &pidfd,
+            rustix::event::PollFlags::IN,
+        )];
+        if !matches!(rustix::event::poll(&mut ready, Some(&now)), Ok(0)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// How a supervisor's end is noticed: an own child is waited for, a forked one (its
+/// parent is the zygote) through its pidfd.
+enum Exit {
+    Child(tokio::process::Child),
+    Pidfd(OwnedFd),
 }
 
 fn never_started(class: FailureClass, reason: String) -> Verdict {
