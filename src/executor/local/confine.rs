@@ -138,10 +138,9 @@ impl Confinement {
         })
     }
 
-    /// Applies the ruleset to the calling process: for `pre_exec`, between fork and exec.
-    ///
-    /// # Safety
-    /// Only async-signal-safe system calls run here (prctl, landlock_restrict_self).
+    /// Applies the ruleset to the calling thread and whatever it starts from now on (both
+    /// `no_new_privs` and a Landlock domain belong to a thread). Only async-signal-safe
+    /// system calls run here (prctl, landlock_restrict_self).
     pub fn apply(&self) -> io::Result<()> {
         let Some(ruleset) = &self.ruleset else {
             return Ok(());

@@ -208,10 +208,18 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
     };
     let masker = || Masker::new(go.env.iter().map(|(_, value)| value.as_bytes()));
     let started_at = now();
-    let spawned = command(spec, &local, &go.env, confinement).spawn();
+    let spawned = spawn_confined(command(spec, &local, &go.env), confinement);
     let mut child = match spawned {
         Ok(child) => child,
-        Err(error) => {
+        Err(Spawn::Confine(error)) => {
+            let reason = format!("cannot confine the step: {error}");
+            return Ok(Some(never_ran_verdict(
+                Outcome::Failed(FailureClass::InfraNeverStarted),
+                &reason,
+                false,
+            )));
+        }
+        Err(Spawn::Exec(error)) => {
             let (class, reason) = classify_spawn_error(&error, &local.argv[0]);
             return Ok(Some(never_ran_verdict(
                 Outcome::Failed(class),
@@ -378,12 +386,7 @@ fn protected_paths(dir: &Path) -> Result<Vec<std::path::PathBuf>, super::confine
     Ok(paths)
 }
 
-fn command(
-    spec: &Spec,
-    local: &files::LocalCommand,
-    secrets: &[(String, String)],
-    confinement: Confinement,
-) -> Command {
+fn command(spec: &Spec, local: &files::LocalCommand, secrets: &[(String, String)]) -> Command {
     let mut command = Command::new(&local.argv[0]);
     command
         .args(&local.argv[1..])
@@ -402,27 +405,51 @@ fn command(
         .env_remove(super::confine::PROTECT_VAR)
         // Its own process group, so the whole step can be stopped at once.
         .process_group(0);
-    // Scarab's own files are private (umask 077, see `service::private_files`); the step
-    // gets back the umask the service was started with.
+    if let Some(workdir) = local.workdir {
+        command.current_dir(workdir);
+    }
+    command
+}
+
+/// Why a step could not be started.
+enum Spawn {
+    /// Its umask or its confinement could not be put in place.
+    Confine(io::Error),
+    /// Spawning it failed (see `classify_spawn_error`).
+    Exec(io::Error),
+}
+
+/// Spawns the step from a thread of its own that first takes on what the step must
+/// inherit: the umask the service was started with (Scarab's own files are private, umask
+/// 077, see `service::private_files`) in a filesystem context of its own, and the
+/// Landlock confinement, which binds the calling thread and what it starts, never the
+/// rest of this supervisor. With no hook to run between fork and exec, the standard
+/// library starts the step with `posix_spawn` (a vfork: no copy of this process's memory
+/// to make and tear down again), where it can.
+fn spawn_confined(
+    mut command: Command,
+    confinement: Confinement,
+) -> Result<std::process::Child, Spawn> {
     let mask = std::env::var(crate::service::STEP_UMASK_VAR)
         .ok()
         .and_then(|m| u32::from_str_radix(&m, 8).ok())
         .filter(|m| *m <= 0o777)
         .map(rustix::fs::Mode::from_bits_truncate);
-    // SAFETY: only async-signal-safe system calls run between fork and exec (umask,
-    // prctl, landlock_restrict_self), touching no memory of the parent.
-    unsafe {
-        command.pre_exec(move || {
-            if let Some(mask) = mask {
-                rustix::process::umask(mask);
+    let spawner = std::thread::spawn(move || {
+        if let Some(mask) = mask {
+            // SAFETY: a plain system call; it gives this thread its own copy of the
+            // process's filesystem context (cwd, root, umask).
+            if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
+                return Err(Spawn::Confine(io::Error::last_os_error()));
             }
-            confinement.apply()
-        });
-    }
-    if let Some(workdir) = local.workdir {
-        command.current_dir(workdir);
-    }
-    command
+            rustix::process::umask(mask);
+        }
+        confinement.apply().map_err(Spawn::Confine)?;
+        command.spawn().map_err(Spawn::Exec)
+    });
+    spawner
+        .join()
+        .unwrap_or_else(|_| Err(Spawn::Confine(io::Error::other("the spawning thread panicked"))))
 }
 
 /// Copies one of the step's output pipes into its log file, masking secret values.
