@@ -9,17 +9,20 @@
 //! permissions allow, while `/var/lib/scarab` and the ancestors' own entries are not: a
 //! step cannot list `/`, `/var` or `/var/lib`, nor create, remove or rename entries
 //! directly in them, and an entry created there after the step started is out of its
-//! reach. The grant is taken afresh for every attempt. Symbolic links are never granted
-//! (their targets are, where they lie beside the protected paths).
+//! reach. The grant follows the filesystem from one attempt to the next: the zygote keeps
+//! the last ruleset only while the protected paths and the directories on the way to them
+//! are unchanged (`Kept`). Symbolic links are never granted (their targets are, where
+//! they lie beside the protected paths).
 //!
 //! The domain also scopes signals and abstract Unix sockets (Landlock ABI 6): the step
 //! cannot signal its supervisor or the service, nor ptrace them or read their memory or
 //! environment (`/proc/PID/environ`), which Landlock refuses to any process outside the
 //! step's own domain. Each attempt has its own domain, so steps cannot reach each other.
 //!
-//! The ruleset is built by the supervisor before it forks the step; the child applies it
-//! between fork and exec with two raw system calls (nothing that allocates or locks runs
-//! there: the supervisor is multi-threaded).
+//! The ruleset is built before the step starts (by the zygote, or by a supervisor started
+//! without one). The supervisor applies it to a thread of its own that then spawns the
+//! step: Landlock domains and `no_new_privs` belong to a thread and what it starts, so the
+//! supervisor itself stays unconfined.
 
 use std::collections::HashSet;
 use std::io;
@@ -99,19 +102,21 @@ impl Confinement {
     /// (paths that do not exist are skipped: nothing there to protect yet).
     pub fn build(protected: &[PathBuf]) -> Result<Confinement, ConfineError> {
         let protected = canonical(protected)?;
-        if protected.iter().any(|p| p.parent().is_none()) {
-            return Err(ConfineError::Root);
-        }
-        let ancestors: HashSet<PathBuf> = protected
-            .iter()
-            .flat_map(|p| p.ancestors().skip(1).map(Path::to_path_buf))
-            .collect();
+        let ancestors = ancestors(&protected)?;
+        Self::build_canonical(&protected, &ancestors)
+    }
+
+    /// `build` for the canonical protected paths and their ancestors.
+    fn build_canonical(
+        protected: &[PathBuf],
+        ancestors: &HashSet<PathBuf>,
+    ) -> Result<Confinement, ConfineError> {
         let mut ruleset = Ruleset::default()
             .set_compatibility(CompatLevel::BestEffort)
             .handle_access(AccessFs::from_all(TARGET_ABI))?
             .scope(Scope::from_all(TARGET_ABI))?
             .create()?;
-        for ancestor in &ancestors {
+        for ancestor in ancestors {
             let Ok(entries) = std::fs::read_dir(ancestor) else {
                 // Unlistable by the service user: nothing beneath it is granted, which
                 // only ever denies more.
@@ -138,6 +143,15 @@ impl Confinement {
         })
     }
 
+    /// Another handle on the same ruleset.
+    pub fn try_clone(&self) -> io::Result<Confinement> {
+        let ruleset = match &self.ruleset {
+            Some(fd) => Some(fd.try_clone()?),
+            None => None,
+        };
+        Ok(Confinement { ruleset })
+    }
+
     /// Applies the ruleset to the calling thread and whatever it starts from now on (both
     /// `no_new_privs` and a Landlock domain belong to a thread). Only async-signal-safe
     /// system calls run here (prctl, landlock_restrict_self).
@@ -156,6 +170,95 @@ impl Confinement {
         }
         Ok(())
     }
+}
+
+/// The ruleset last built, kept for the next attempts while nothing it was built from
+/// changed (for the zygote, which forks many supervisors; see `zygote`).
+///
+/// A ruleset is derived from the canonical protected paths and the listing of every
+/// directory on the way to them. Those paths are resolved again for every attempt, and
+/// each of those directories is checked by its identity and its modification and change
+/// times, which the kernel updates whenever an entry is created, removed or renamed in
+/// it: any difference builds a new ruleset. What a kept ruleset grants is therefore what
+/// a ruleset built at an earlier moment grants for today's protected paths; whatever
+/// appeared since (a same-tick change the times cannot show) is denied, never granted.
+#[derive(Default)]
+pub struct Kept {
+    last: Option<(Stamp, Confinement)>,
+}
+
+/// What a ruleset was built from: the canonical protected paths, and the identity and
+/// times of each directory on the way to them.
+#[derive(PartialEq, Eq)]
+struct Stamp {
+    protected: Vec<PathBuf>,
+    directories: Vec<(PathBuf, [i64; 6])>,
+}
+
+impl Kept {
+    /// The confinement for `protected`: the kept one if nothing changed, else a new one
+    /// (then kept).
+    pub fn confinement(&mut self, protected: &[PathBuf]) -> Result<Confinement, ConfineError> {
+        let protected = canonical(protected)?;
+        let ancestors = ancestors(&protected)?;
+        // Taken before the listings are read: a change during the build shows next time.
+        let stamp = Stamp::of(&protected, &ancestors);
+        if let (Some(stamp), Some((kept, confinement))) = (&stamp, &self.last)
+            && stamp == kept
+        {
+            return confinement
+                .try_clone()
+                .map_err(|source| ConfineError::Protected {
+                    path: "the kept ruleset".into(),
+                    source,
+                });
+        }
+        self.last = None;
+        let built = Confinement::build_canonical(&protected, &ancestors)?;
+        if let Some(stamp) = stamp
+            && let Ok(kept) = built.try_clone()
+        {
+            self.last = Some((stamp, kept));
+        }
+        Ok(built)
+    }
+}
+
+impl Stamp {
+    /// `None` when a directory cannot be examined (then nothing is kept).
+    fn of(protected: &[PathBuf], ancestors: &HashSet<PathBuf>) -> Option<Stamp> {
+        let mut directories = Vec::with_capacity(ancestors.len());
+        for directory in ancestors {
+            let stat = rustix::fs::stat(directory).ok()?;
+            directories.push((
+                directory.clone(),
+                [
+                    stat.st_dev as i64,
+                    stat.st_ino as i64,
+                    stat.st_mtime as i64,
+                    stat.st_mtime_nsec as i64,
+                    stat.st_ctime as i64,
+                    stat.st_ctime_nsec as i64,
+                ],
+            ));
+        }
+        directories.sort();
+        Some(Stamp {
+            protected: protected.to_vec(),
+            directories,
+        })
+    }
+}
+
+/// Every directory on the way to a protected path (the root included).
+fn ancestors(protected: &[PathBuf]) -> Result<HashSet<PathBuf>, ConfineError> {
+    if protected.iter().any(|p| p.parent().is_none()) {
+        return Err(ConfineError::Root);
+    }
+    Ok(protected
+        .iter()
+        .flat_map(|p| p.ancestors().skip(1).map(Path::to_path_buf))
+        .collect())
 }
 
 /// Canonical forms of the protected paths that exist.
@@ -222,6 +325,52 @@ pub fn decode_protected(value: &str) -> Result<Vec<PathBuf>, ConfineError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Can a thread confined by `confinement` open `path`?
+    fn reaches(confinement: Confinement, path: PathBuf) -> bool {
+        std::thread::spawn(move || {
+            confinement.apply().expect("apply");
+            std::fs::read_dir(&path).is_ok() || std::fs::File::open(&path).is_ok()
+        })
+        .join()
+        .expect("thread")
+    }
+
+    #[test]
+    fn a_kept_ruleset_is_rebuilt_when_an_entry_or_a_protected_path_appears() {
+        if Isolation::of_kernel() == Isolation::None {
+            eprintln!("skipped: this kernel has no Landlock");
+            return;
+        }
+        let root = std::env::temp_dir().join(format!("scarab-kept-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("state")).expect("state");
+        std::fs::write(root.join("a.txt"), "a").expect("a");
+        let protected = vec![root.join("state"), root.join("secrets")];
+        let mut kept = Kept::default();
+        let mut confinement = || kept.confinement(&protected).expect("confinement");
+        assert!(
+            reaches(confinement(), root.join("a.txt")),
+            "beside: granted"
+        );
+        assert!(!reaches(confinement(), root.join("state")), "protected");
+        // Kernels with coarse timestamps show a change within the same tick only later
+        // (the new entry is denied until then, never the other way round).
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(root.join("b.txt"), "b").expect("b");
+        assert!(
+            reaches(confinement(), root.join("b.txt")),
+            "a new entry beside is granted by the next confinement"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::create_dir(root.join("secrets")).expect("secrets");
+        assert!(
+            !reaches(confinement(), root.join("secrets")),
+            "a protected path that appears is protected from then on"
+        );
+        assert!(reaches(confinement(), root.join("a.txt")));
+        std::fs::remove_dir_all(&root).expect("clean up");
+    }
 
     #[test]
     fn any_path_passes_to_the_supervisor_and_garbage_is_an_error() {

@@ -9,14 +9,14 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
 
-use super::confine::Confinement;
+use super::confine::{ConfineError, Confinement};
 use super::files::{self, ProcessIdentity, Spec};
 use super::mask::Masker;
 use crate::engine::{FailureClass, KillReason, Outcome, Timestamp, Verdict};
@@ -44,6 +44,15 @@ enum Event {
 /// Runs the attempt in `dir` to its verdict. Returns once `verdict.json` is written (or
 /// when another supervisor already finished this attempt).
 pub fn supervise(dir: &Path) -> Result<(), SuperviseError> {
+    supervise_confined(dir, None)
+}
+
+/// `supervise`, with the step's confinement already built (by the zygote) or `None` to
+/// build it here.
+pub fn supervise_confined(
+    dir: &Path,
+    confinement: Option<Result<Confinement, ConfineError>>,
+) -> Result<(), SuperviseError> {
     let io_error = |source| SuperviseError::Io {
         dir: dir.display().to_string(),
         source,
@@ -70,7 +79,7 @@ pub fn supervise(dir: &Path) -> Result<(), SuperviseError> {
     let spec: Spec = files::read_spec(dir)
         .map_err(io_error)?
         .ok_or_else(|| SuperviseError::NoSpec(dir.display().to_string()))?;
-    let Some(verdict) = run_attempt(dir, &spec).map_err(io_error)? else {
+    let Some(verdict) = run_attempt(dir, &spec, confinement).map_err(io_error)? else {
         return Ok(());
     };
     // Atomic but not fsynced: the service commits the verdict durably to the store. A
@@ -101,7 +110,11 @@ fn write_verdict_patiently(dir: &Path, verdict: &Verdict) -> io::Result<()> {
 
 /// `Ok(None)`: the launch was never recorded, so nothing ran and no verdict is written;
 /// the attempt directory is left looking fresh, so the next service relaunches this fence.
-fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
+fn run_attempt(
+    dir: &Path,
+    spec: &Spec,
+    confinement: Option<Result<Confinement, ConfineError>>,
+) -> io::Result<Option<Verdict>> {
     if dir.join(files::SUPERVISOR).exists() {
         // A supervisor of this fence ran before and died without a verdict: its step may
         // have run. Never start it again under the same fence.
@@ -138,7 +151,13 @@ fn run_attempt(dir: &Path, spec: &Spec) -> io::Result<Option<Verdict>> {
     }
     // Built while the service records the launch (it needs nothing the go brings): the
     // step's start then waits only for the fork. Judged after the go, as before.
-    let confinement = protected_paths(dir).and_then(|paths| Confinement::build(&paths));
+    let confinement = confinement.unwrap_or_else(|| {
+        protected_paths(
+            dir,
+            std::env::var(super::confine::PROTECT_VAR).ok().as_deref(),
+        )
+        .and_then(|paths| Confinement::build(&paths))
+    });
     let go = match wait_for_go(dir, &events_tx, &events)? {
         Handshake::Go(go) => go,
         Handshake::Stop(reason) => {
@@ -373,12 +392,12 @@ impl Go {
 const OUTPUT_DRAIN: Duration = Duration::from_secs(5);
 
 /// What the step must not reach: the state dir (the attempt directory's grandparent) and
-/// what the service names besides it (`confine::PROTECT_VAR`: the config file, the secrets
-/// dir, token files).
-fn protected_paths(dir: &Path) -> Result<Vec<std::path::PathBuf>, super::confine::ConfineError> {
-    let mut paths = match std::env::var(super::confine::PROTECT_VAR) {
-        Ok(list) => super::confine::decode_protected(&list)?,
-        Err(_) => Vec::new(),
+/// what the service names besides it (`list`, as `confine::PROTECT_VAR` holds it: the
+/// config file, the secrets dir, token files).
+pub fn protected_paths(dir: &Path, list: Option<&str>) -> Result<Vec<PathBuf>, ConfineError> {
+    let mut paths = match list {
+        Some(list) => super::confine::decode_protected(list)?,
+        None => Vec::new(),
     };
     if let Some(state) = dir.parent().and_then(Path::parent) {
         paths.push(state.to_path_buf());
@@ -447,9 +466,11 @@ fn spawn_confined(
         confinement.apply().map_err(Spawn::Confine)?;
         command.spawn().map_err(Spawn::Exec)
     });
-    spawner
-        .join()
-        .unwrap_or_else(|_| Err(Spawn::Confine(io::Error::other("the spawning thread panicked"))))
+    spawner.join().unwrap_or_else(|_| {
+        Err(Spawn::Confine(io::Error::other(
+            "the spawning thread panicked",
+        )))
+    })
 }
 
 /// Copies one of the step's output pipes into its log file, masking secret values.

@@ -160,6 +160,9 @@ pub fn serve(socket: OwnedFd) -> io::Result<()> {
     // socket, and the zygote then ends on its own.
     let _ = rustix::process::setsid();
     rustix::io::ioctl_fionbio(&socket, false)?;
+    // Building a step's Landlock ruleset is the largest cost of a supervisor: the zygote
+    // keeps the last one while nothing it was built from changed (see `confine::Kept`).
+    let mut kept = super::confine::Kept::default();
     loop {
         reap_supervisors();
         // Woken at least once a second to reap the supervisors that ended meanwhile.
@@ -189,7 +192,11 @@ pub fn serve(socket: OwnedFd) -> io::Result<()> {
         let go = fds.pop().filter(|_| fds.is_empty());
         drop(fds);
         let forked = match (parse(&request), go) {
-            (Ok((dir, protected)), Some(go)) => fork_supervisor(&dir, &protected, go),
+            (Ok((dir, protected)), Some(go)) => {
+                let confinement = super::supervisor::protected_paths(&dir, Some(&protected))
+                    .and_then(|paths| kept.confinement(&paths));
+                fork_supervisor(&dir, confinement, go)
+            }
             (Err(error), _) => Err(error),
             (Ok(_), None) => Err(io::Error::other(
                 "a request needs exactly one descriptor: the handshake pipe",
@@ -242,22 +249,26 @@ fn parse(request: &[u8]) -> io::Result<(PathBuf, String)> {
 }
 
 /// Forks a supervisor for `dir` with `go` as its stdin; returns a pidfd of it.
-fn fork_supervisor(dir: &Path, protected: &str, go: OwnedFd) -> io::Result<OwnedFd> {
+fn fork_supervisor(dir: &Path, confinement: Confined, go: OwnedFd) -> io::Result<OwnedFd> {
     // SAFETY: this process has a single thread (see `serve`), so the child is a complete
     // copy of it and may go on running any code.
     let pid = unsafe { libc::fork() };
     if pid == 0 {
-        std::process::exit(supervise_forked(dir, protected, go));
+        std::process::exit(supervise_forked(dir, confinement, go));
     }
     drop(go);
+    drop(confinement);
     let pid = Pid::from_raw(pid).ok_or_else(io::Error::last_os_error)?;
     // The child cannot have been reaped yet (only this process reaps it), so the pid is
     // still that child's even if it already exited.
     Ok(rustix::process::pidfd_open(pid, PidfdFlags::empty())?)
 }
 
+/// The step's confinement as the zygote built it (or why it could not).
+type Confined = Result<super::confine::Confinement, super::confine::ConfineError>;
+
 /// The forked child: becomes the supervisor of `dir`. Returns its exit code.
-fn supervise_forked(dir: &Path, protected: &str, go: OwnedFd) -> i32 {
+fn supervise_forked(dir: &Path, confinement: Confined, go: OwnedFd) -> i32 {
     use std::os::fd::AsRawFd;
     // Stdin becomes the handshake pipe, replacing the zygote's socket: a supervisor holds
     // nothing of the zygote.
@@ -266,10 +277,7 @@ fn supervise_forked(dir: &Path, protected: &str, go: OwnedFd) -> i32 {
         return 1;
     }
     drop(go);
-    // SAFETY: this process has a single thread (it was forked from one), so nothing reads
-    // the environment concurrently.
-    unsafe { std::env::set_var(super::confine::PROTECT_VAR, protected) };
-    match super::supervisor::supervise(dir) {
+    match super::supervisor::supervise_confined(dir, Some(confinement)) {
         Ok(()) => 0,
         Err(_) => 1,
     }
