@@ -145,7 +145,14 @@ impl ProcessIdentity {
 }
 
 fn start_ticks(pid: i32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Read with room for the whole line at once: procfs gives no size, and growing from
+    // nothing would take several reads.
+    let mut stat = String::with_capacity(1024);
+    io::Read::read_to_string(
+        &mut File::open(format!("/proc/{pid}/stat")).ok()?,
+        &mut stat,
+    )
+    .ok()?;
     // The command name (field 2) may hold spaces and parentheses: fields resume after the
     // last ')'. Field 3 is the state; a zombie has finished running.
     let rest = stat.get(stat.rfind(')')? + 2..)?;

@@ -109,7 +109,12 @@ impl Zygote {
         drop(go);
         let answer = self
             .socket
-            .async_io(tokio::io::Interest::READABLE, |socket| Ok(receive(socket)?));
+            .async_io(tokio::io::Interest::READABLE, |socket| {
+                let mut bytes = vec![0; MAX_MESSAGE];
+                let (length, fds) = receive(socket, &mut bytes)?;
+                bytes.truncate(length);
+                Ok((bytes, fds))
+            });
         let (bytes, mut fds) = tokio::time::timeout(ANSWER_TIMEOUT, answer)
             .await
             .map_err(|_| io::Error::other("the zygote did not answer"))??;
@@ -124,14 +129,17 @@ impl Zygote {
     }
 }
 
-/// One message and the descriptors that came with it. Truncated messages are errors.
-fn receive(socket: impl AsFd) -> rustix::io::Result<(Vec<u8>, Vec<OwnedFd>)> {
-    let mut buffer = vec![0u8; MAX_MESSAGE];
+/// One message into `buffer` (its length, and the descriptors that came with it).
+/// Truncated messages are errors.
+///
+/// The buffer is the caller's to keep: in the zygote a fresh one per request would be
+/// written over in full, and after each fork every page written is copied.
+fn receive(socket: impl AsFd, buffer: &mut [u8]) -> rustix::io::Result<(usize, Vec<OwnedFd>)> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let message = rustix::net::recvmsg(
         socket,
-        &mut [IoSliceMut::new(&mut buffer)],
+        &mut [IoSliceMut::new(buffer)],
         &mut control,
         RecvFlags::CMSG_CLOEXEC,
     )?;
@@ -147,8 +155,7 @@ fn receive(socket: impl AsFd) -> rustix::io::Result<(Vec<u8>, Vec<OwnedFd>)> {
     {
         return Err(rustix::io::Errno::MSGSIZE);
     }
-    buffer.truncate(message.bytes);
-    Ok((buffer, fds))
+    Ok((message.bytes, fds))
 }
 
 /// The zygote: serves the service on `socket` (its stdin) until the service's end closes.
@@ -163,6 +170,7 @@ pub fn serve(socket: OwnedFd) -> io::Result<()> {
     // Building a step's Landlock ruleset is the largest cost of a supervisor: the zygote
     // keeps the last one while nothing it was built from changed (see `confine::Kept`).
     let mut kept = super::confine::Kept::default();
+    let mut buffer = vec![0; MAX_MESSAGE];
     loop {
         reap_supervisors();
         // Woken at least once a second to reap the supervisors that ended meanwhile.
@@ -176,8 +184,8 @@ pub fn serve(socket: OwnedFd) -> io::Result<()> {
             Ok(_) => {}
             Err(error) => return Err(error.into()),
         }
-        let (request, mut fds) = match receive(&socket) {
-            Ok(received) => received,
+        let (request, mut fds) = match receive(&socket, &mut buffer) {
+            Ok((length, fds)) => (&buffer[..length], fds),
             Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => continue,
             Err(rustix::io::Errno::MSGSIZE) => {
                 answer(&socket, b"request too large", None)?;
@@ -191,7 +199,7 @@ pub fn serve(socket: OwnedFd) -> io::Result<()> {
         }
         let go = fds.pop().filter(|_| fds.is_empty());
         drop(fds);
-        let forked = match (parse(&request), go) {
+        let forked = match (parse(request), go) {
             (Ok((dir, protected)), Some(go)) => {
                 let confinement = super::supervisor::protected_paths(&dir, Some(&protected))
                     .and_then(|paths| kept.confinement(&paths));
