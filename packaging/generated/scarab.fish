@@ -369,7 +369,7 @@ complete -c scarab -n "__fish_scarab_using_subcommand bench" -l inflight -d 'In-
 complete -c scarab -n "__fish_scarab_using_subcommand bench" -l crash-steps -d 'Steps in flight when the service is killed' -r
 complete -c scarab -n "__fish_scarab_using_subcommand bench" -l dead-lettered -d 'Dead-lettered runs in the store for the auto-retry sweep measurement' -r
 complete -c scarab -n "__fish_scarab_using_subcommand bench" -l queued -d 'Queued steps for the admission control measurements' -r
-complete -c scarab -n "__fish_scarab_using_subcommand bench" -l only -d 'Run only this measurement (`sweep`, `admission`, `dashboard`)' -r
+complete -c scarab -n "__fish_scarab_using_subcommand bench" -l only -d 'Run only this measurement (`throughput`, `sweep`, `admission`, `dashboard`)' -r
 complete -c scarab -n "__fish_scarab_using_subcommand bench" -l quick -d 'Fewer iterations, for a smoke run'
 complete -c scarab -n "__fish_scarab_using_subcommand bench" -s h -l help -d 'Print help'
 complete -c scarab -n "__fish_scarab_using_subcommand output; and not __fish_seen_subcommand_from set help" -s h -l help -d 'Print help'

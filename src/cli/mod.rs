@@ -849,7 +849,7 @@ enum Command {
         /// Queued steps for the admission control measurements.
         #[arg(long, default_value_t = 100_000)]
         queued: u64,
-        /// Run only this measurement (`sweep`, `admission`, `dashboard`).
+        /// Run only this measurement (`throughput`, `sweep`, `admission`, `dashboard`).
         #[arg(long)]
         only: Option<String>,
     },
