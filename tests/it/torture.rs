@@ -17,7 +17,21 @@ use std::time::{Duration, Instant};
 
 use crate::common::{Server, attempts};
 
-const STEPS: [&str; 2] = ["a", "b"];
+/// What the service is put under while it is killed.
+struct Load {
+    /// Concurrent clients, each submitting one run after another.
+    clients: u64,
+    /// The steps of each run, in a chain; each appends its fence to its own file.
+    steps: &'static [&'static str],
+    /// How long each step sleeps after writing.
+    step_sleep: &'static str,
+    /// A client's pause between two submissions.
+    pause: Duration,
+    /// `SCARAB_MAX_PARALLEL_LOCAL`, if the default (the CPUs) is not wanted.
+    pool: Option<&'static str>,
+    /// Kills when `SCARAB_TORTURE_CYCLES` does not say.
+    cycles: u64,
+}
 
 /// A small deterministic generator: the seed reproduces the kill times.
 struct Lcg(u64);
@@ -32,17 +46,18 @@ impl Lcg {
     }
 }
 
-fn pipeline(out: &Path, index: u64) -> String {
+fn pipeline(load: &Load, out: &Path, index: u64) -> String {
     let mut yaml = format!("name: torture-{index}\nsteps:\n");
-    for (i, step) in STEPS.iter().enumerate() {
+    for (i, step) in load.steps.iter().enumerate() {
         let needs = if i == 0 {
             String::new()
         } else {
-            format!("\n    needs: [{}]", STEPS[i - 1])
+            format!("\n    needs: [{}]", load.steps[i - 1])
         };
         yaml.push_str(&format!(
-            "  - name: {step}{needs}\n    run: [sh, -c, 'echo $SCARAB_FENCE >> {}/{index}-{step}; sleep 0.2']\n",
-            out.display()
+            "  - name: {step}{needs}\n    run: [sh, -c, 'echo $SCARAB_FENCE >> {}/{index}-{step}; sleep {}']\n",
+            out.display(),
+            load.step_sleep
         ));
     }
     yaml
@@ -50,10 +65,39 @@ fn pipeline(out: &Path, index: u64) -> String {
 
 #[test]
 fn kill_9_under_load_loses_nothing_and_runs_nothing_twice() {
+    static LOAD: Load = Load {
+        clients: 1,
+        steps: &["a", "b"],
+        step_sleep: "0.2",
+        pause: Duration::from_millis(15),
+        // A pool wide enough for the load (the client submits far faster than a pool of
+        // the CPUs drains): this is about kill -9, not about admission.
+        pool: Some("64"),
+        cycles: 10,
+    };
+    torture(&LOAD);
+}
+
+/// The throughput benchmark's load (docs/benchmarks.md): two clients submitting one-step
+/// runs of a trivial command without pause, to the default pool, killed 20 times.
+#[test]
+fn kill_9_under_throughput_load_loses_nothing_and_runs_nothing_twice() {
+    static LOAD: Load = Load {
+        clients: 2,
+        steps: &["a"],
+        step_sleep: "0",
+        pause: Duration::ZERO,
+        pool: None,
+        cycles: 20,
+    };
+    torture(&LOAD);
+}
+
+fn torture(load: &'static Load) {
     let cycles: u64 = std::env::var("SCARAB_TORTURE_CYCLES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(10);
+        .unwrap_or(load.cycles);
     let seed: u64 = std::env::var("SCARAB_TORTURE_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -62,53 +106,63 @@ fn kill_9_under_load_loses_nothing_and_runs_nothing_twice() {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(1, |d| d.as_nanos() as u64)
         });
-    eprintln!("torture: {cycles} cycles, SCARAB_TORTURE_SEED={seed}");
+    eprintln!(
+        "torture: {cycles} cycles, {} clients, SCARAB_TORTURE_SEED={seed}",
+        load.clients
+    );
     let mut random = Lcg(seed);
     let dir = common::tempdir().expect("tempdir");
     let out = dir.path().join("out");
     std::fs::create_dir_all(&out).expect("out dir");
-    // A pool wide enough for the load (the client submits far faster than a pool of the
-    // CPUs drains): this is about kill -9, not about admission.
+    let env: Vec<(&str, &str)> = load
+        .pool
+        .map(|pool| ("SCARAB_MAX_PARALLEL_LOCAL", pool))
+        .into_iter()
+        .collect();
     let server = Arc::new(Mutex::new(Server::start_with_env(
         &dir.path().join("state"),
         &[],
-        &[("SCARAB_MAX_PARALLEL_LOCAL", "64")],
+        &env,
     )));
     let (url, token) = {
         let server = server.lock().expect("server");
         (server.url.clone(), server.token.clone())
     };
 
-    // The load: one run after another, each with a fresh index (an unanswered submission
-    // may still have created its run; it must never share an output file).
+    // The load: each client submits one run after another, each with a fresh index (an
+    // unanswered submission may still have created its run; it must never share an
+    // output file). Indices of client c are c, c + clients, c + 2 × clients...
     let acknowledged: Arc<Mutex<BTreeMap<u64, String>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
-    let submitter = {
-        let (acknowledged, stop, out) = (acknowledged.clone(), stop.clone(), out.clone());
-        std::thread::spawn(move || {
-            let agent = crate::common::agent();
-            let mut index = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                index += 1;
-                let answer = agent
-                    .post(format!("{url}/v1/runs"))
-                    .header("Authorization", format!("Bearer {token}"))
-                    .header("Content-Type", "application/yaml")
-                    .send(pipeline(&out, index).as_bytes());
-                match answer {
-                    Ok(mut response) if response.status() == 201 => {
-                        let body = response.body_mut().read_to_string().unwrap_or_default();
-                        let body: serde_json::Value =
-                            serde_json::from_str(&body).expect("submit answer");
-                        let id = body["id"].as_str().expect("id").to_string();
-                        acknowledged.lock().expect("acknowledged").insert(index, id);
+    let submitters: Vec<_> = (0..load.clients)
+        .map(|client| {
+            let (acknowledged, stop, out) = (acknowledged.clone(), stop.clone(), out.clone());
+            let (url, token) = (url.clone(), token.clone());
+            std::thread::spawn(move || {
+                let agent = crate::common::agent();
+                let mut index = client;
+                while !stop.load(Ordering::Relaxed) {
+                    index += load.clients;
+                    let answer = agent
+                        .post(format!("{url}/v1/runs"))
+                        .header("Authorization", format!("Bearer {token}"))
+                        .header("Content-Type", "application/yaml")
+                        .send(pipeline(load, &out, index).as_bytes());
+                    match answer {
+                        Ok(mut response) if response.status() == 201 => {
+                            let body = response.body_mut().read_to_string().unwrap_or_default();
+                            let body: serde_json::Value =
+                                serde_json::from_str(&body).expect("submit answer");
+                            let id = body["id"].as_str().expect("id").to_string();
+                            acknowledged.lock().expect("acknowledged").insert(index, id);
+                        }
+                        _ => std::thread::sleep(Duration::from_millis(20)),
                     }
-                    _ => std::thread::sleep(Duration::from_millis(20)),
+                    std::thread::sleep(load.pause);
                 }
-                std::thread::sleep(Duration::from_millis(15));
-            }
+            })
         })
-    };
+        .collect();
 
     for _ in 0..cycles {
         std::thread::sleep(Duration::from_millis(random.next_ms(200, 900)));
@@ -118,7 +172,9 @@ fn kill_9_under_load_loses_nothing_and_runs_nothing_twice() {
         server.resume();
     }
     stop.store(true, Ordering::Relaxed);
-    submitter.join().expect("submitter");
+    for submitter in submitters {
+        submitter.join().expect("submitter");
+    }
 
     let server = server.lock().expect("server");
     let acknowledged = acknowledged.lock().expect("acknowledged").clone();
@@ -127,13 +183,17 @@ fn kill_9_under_load_loses_nothing_and_runs_nothing_twice() {
         "the load was too thin: {} runs",
         acknowledged.len()
     );
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(300);
     let mut all_fences = Vec::new();
+    // Per client, the fence of each run's first step, in submission order: a fence is
+    // minted in the commit that acknowledges the run, and a client's submissions commit
+    // one after another, restarts or not.
+    let mut first_fences: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
     for (index, id) in &acknowledged {
         let within = deadline.saturating_duration_since(Instant::now());
         let run = server.wait_terminal(id, within);
         assert_eq!(run["state"], "succeeded", "run {index}: {run:#}");
-        for (i, step) in STEPS.iter().enumerate() {
+        for (i, step) in load.steps.iter().enumerate() {
             let tries = attempts(&run, i);
             assert_eq!(tries.len(), 1, "run {index} step {step}: {run:#}");
             let fence = tries[0]["fence"].as_u64().expect("fence");
@@ -145,6 +205,12 @@ fn kill_9_under_load_loses_nothing_and_runs_nothing_twice() {
                 "run {index} step {step} ran once, under its attempt's fence"
             );
             all_fences.push(fence);
+            if i == 0 {
+                first_fences
+                    .entry(index % load.clients)
+                    .or_default()
+                    .push((*index, fence));
+            }
         }
     }
     let distinct: std::collections::BTreeSet<u64> = all_fences.iter().copied().collect();
@@ -153,8 +219,20 @@ fn kill_9_under_load_loses_nothing_and_runs_nothing_twice() {
         all_fences.len(),
         "no fence was minted twice"
     );
+    for (client, fences) in &first_fences {
+        for pair in fences.windows(2) {
+            assert!(
+                pair[0].1 < pair[1].1,
+                "client {client}: run {} has fence {}, the later run {} fence {}",
+                pair[0].0,
+                pair[0].1,
+                pair[1].0,
+                pair[1].1
+            );
+        }
+    }
     eprintln!(
-        "torture: {cycles} kills, {} acknowledged runs, {} steps, 0 lost, 0 ran twice",
+        "torture: {cycles} kills, {} acknowledged runs, {} steps, 0 lost, 0 ran twice, fences increasing",
         acknowledged.len(),
         all_fences.len()
     );
