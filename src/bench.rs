@@ -144,16 +144,17 @@ fn throughput_rows(options: &Options, report: &mut Report) -> anyhow::Result<()>
         "durable transitions/s, group commit, 256 clients",
         format!("{rate:.0}/s (target >= 20000)"),
     );
-    let steps = runtime.block_on(trivial_steps(
+    let (steps, latency) = runtime.block_on(trivial_steps(
         &options.dir.join("steps"),
         if options.quick { 200 } else { 1000 },
     ))?;
     report.row(
         "/bin/true steps submit->succeeded, 2 clients",
         format!(
-            "{steps:.0} steps/s = {:.2} of the 2-spawn limit {:.0}/s (target >= 700)",
+            "{steps:.0} steps/s = {:.2} of the 2-spawn limit {:.0}/s (target >= 700); {:.1} ms median from submission to success",
             steps / (spawn2 / 2.0),
-            spawn2 / 2.0
+            spawn2 / 2.0,
+            ms(latency)
         ),
     );
     drop(runtime);
@@ -756,7 +757,8 @@ async fn wait_idle(service: &service::Service) -> anyhow::Result<()> {
 
 /// Real supervisors running `/bin/true`, submitted by two clients that each wait for
 /// their run to succeed before submitting the next.
-async fn trivial_steps(dir: &Path, total: usize) -> anyhow::Result<f64> {
+/// Steps per second, and the median time from a submission to its run's success.
+async fn trivial_steps(dir: &Path, total: usize) -> anyhow::Result<(f64, Duration)> {
     let _ = std::fs::remove_dir_all(dir);
     let exe = std::env::current_exe()?;
     let running = service::start(StateDir::new(dir), Settings::default(), exe).await?;
@@ -771,7 +773,9 @@ async fn trivial_steps(dir: &Path, total: usize) -> anyhow::Result<f64> {
             // Woken by each change the service publishes, rather than polling the store
             // (which would take CPU from the service being measured).
             let mut changes = service.events.subscribe();
+            let mut latencies = Vec::with_capacity(total / 2);
             for _ in 0..total / 2 {
+                let submitted = Instant::now();
                 let id = service
                     .submit(
                         source.clone(),
@@ -796,16 +800,18 @@ async fn trivial_steps(dir: &Path, total: usize) -> anyhow::Result<f64> {
                         }
                     }
                 }
+                latencies.push(submitted.elapsed());
             }
-            Ok(())
+            Ok(latencies)
         }));
     }
+    let mut latencies = Vec::new();
     for task in tasks {
-        task.await??;
+        latencies.extend(task.await??);
     }
     let rate = (total / 2 * 2) as f64 / start.elapsed().as_secs_f64();
     running.stop().await;
-    Ok(rate)
+    Ok((rate, median(latencies)))
 }
 
 /// Starts `scarab serve` on `dir`; returns the time until /readyz answers 200 and the

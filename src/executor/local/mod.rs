@@ -86,6 +86,9 @@ impl LocalExecutor {
         reports: mpsc::Sender<Report>,
     ) -> io::Result<Self> {
         std::fs::create_dir_all(&attempts_dir)?;
+        // Absolute, so that a supervisor (and the zygote) finds its attempt directory
+        // whatever its working directory.
+        let attempts_dir = std::path::absolute(&attempts_dir)?;
         Ok(LocalExecutor {
             inner: Arc::new(Inner {
                 attempts_dir,
@@ -180,7 +183,7 @@ impl LocalExecutor {
                 Exit::Pidfd(pidfd)
             }
             Err(error) => {
-                tracing::warn!(%fence, %error, "the supervisor zygote failed; executing the supervisor instead");
+                tracing::warn!(%fence, %error, "no supervisor from the zygote; executing the supervisor instead");
                 let mut command = self.supervisor_command();
                 command
                     .arg("supervise")
@@ -244,20 +247,26 @@ impl LocalExecutor {
     /// A supervisor forked by the zygote (started first if there is none): its pidfd and
     /// the write end of its launch handshake. A zygote that fails is dropped (it ends when
     /// its socket closes) and started afresh at the next launch.
-    async fn fork_supervisor(&self, dir: &Path, protected: &str) -> io::Result<(OwnedFd, OwnedFd)> {
+    async fn fork_supervisor(
+        &self,
+        dir: &Path,
+        protected: &str,
+    ) -> Result<(OwnedFd, OwnedFd), zygote::Failed> {
         let mut slot = self.inner.zygote.lock().await;
         let zygote = match slot.take() {
             Some(zygote) => zygote,
             None => {
                 let mut command = self.supervisor_command();
                 command.arg("supervise").arg("--zygote");
-                zygote::Zygote::start(command)?
+                zygote::Zygote::start(command).map_err(zygote::Failed::Broken)?
             }
         };
-        let (go_read, go_write) = io::pipe()?;
-        let pidfd = zygote.fork(dir, protected, go_read.into()).await?;
-        *slot = Some(zygote);
-        Ok((pidfd, go_write.into()))
+        let (go_read, go_write) = io::pipe().map_err(zygote::Failed::Broken)?;
+        let forked = zygote.fork(dir, protected, go_read.into()).await;
+        if !matches!(forked, Err(zygote::Failed::Broken(_))) {
+            *slot = Some(zygote);
+        }
+        Ok((forked?, go_write.into()))
     }
 
     fn await_go(&self, fence: Fence, go: OwnedFd, secrets: Vec<(String, String)>) {

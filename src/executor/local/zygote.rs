@@ -78,15 +78,28 @@ impl Zygote {
 
     /// Forks a supervisor for the attempt in `dir`. `go` is the read end of its launch
     /// handshake pipe (its stdin). Returns a pidfd of the supervisor.
-    pub async fn fork(&self, dir: &Path, protected: &str, go: OwnedFd) -> io::Result<OwnedFd> {
+    pub async fn fork(&self, dir: &Path, protected: &str, go: OwnedFd) -> Result<OwnedFd, Failed> {
+        self.request(dir, protected, go)
+            .await
+            .map_err(Failed::Broken)?
+    }
+
+    /// The exchange itself: an error is the zygote's (it is no longer usable), an inner
+    /// error its answer (it refused this one request and serves the next).
+    async fn request(
+        &self,
+        dir: &Path,
+        protected: &str,
+        go: OwnedFd,
+    ) -> io::Result<Result<OwnedFd, Failed>> {
         let mut request = PROTOCOL.to_vec();
         request.extend_from_slice(dir.as_os_str().as_encoded_bytes());
         request.push(0);
         request.extend_from_slice(protected.as_bytes());
         if request.len() > MAX_MESSAGE {
-            return Err(io::Error::other(
-                "the request is larger than the zygote takes",
-            ));
+            return Ok(Err(Failed::Refused(
+                "the request is larger than the zygote takes".into(),
+            )));
         }
         let sent = self
             .socket
@@ -119,14 +132,24 @@ impl Zygote {
             .await
             .map_err(|_| io::Error::other("the zygote did not answer"))??;
         match (bytes.as_slice(), fds.pop()) {
-            (b"ok", Some(pidfd)) if fds.is_empty() => Ok(pidfd),
+            (b"ok", Some(pidfd)) if fds.is_empty() => Ok(Ok(pidfd)),
             ([], None) => Err(io::Error::other("the zygote is gone")),
-            (text, _) => Err(io::Error::other(format!(
-                "the zygote could not fork a supervisor: {}",
-                String::from_utf8_lossy(text)
+            (text, _) => Ok(Err(Failed::Refused(
+                String::from_utf8_lossy(text).into_owned(),
             ))),
         }
     }
+}
+
+/// Why the zygote forked no supervisor.
+#[derive(Debug, thiserror::Error)]
+pub enum Failed {
+    /// It refused this request (it says why) and serves the next.
+    #[error("the zygote could not fork a supervisor: {0}")]
+    Refused(String),
+    /// It is gone or does not answer: it must be replaced.
+    #[error("the zygote failed: {0}")]
+    Broken(io::Error),
 }
 
 /// One message into `buffer` (its length, and the descriptors that came with it).
