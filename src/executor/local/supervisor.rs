@@ -133,7 +133,7 @@ fn run_attempt(
     }
     // Signals first: a stop request must never kill the supervisor itself.
     let (events_tx, events) = mpsc::channel();
-    listen_for_stop_signals(events_tx.clone())?;
+    listen(events_tx.clone())?;
     let me = ProcessIdentity::of(std::process::id() as i32)
         .ok_or_else(|| io::Error::other("cannot read this process's own start time"))?;
     // Not fsynced: what makes a relaunch safe after a power cut is the store, not this
@@ -158,7 +158,7 @@ fn run_attempt(
         )
         .and_then(|paths| Confinement::build(&paths))
     });
-    let go = match wait_for_go(dir, &events_tx, &events)? {
+    let go = match wait_for_go(dir, &events)? {
         Handshake::Go(go) => go,
         Handshake::Stop(reason) => {
             return Ok(Some(never_ran_verdict(
@@ -227,8 +227,8 @@ fn run_attempt(
     };
     let masker = || Masker::new(go.env.iter().map(|(_, value)| value.as_bytes()));
     let started_at = now();
-    let spawned = spawn_confined(command(spec, &local, &go.env), confinement);
-    let mut child = match spawned {
+    let spawned = spawn_confined(command(spec, &local, &go.env), confinement, events_tx);
+    let started = match spawned {
         Ok(child) => child,
         Err(Spawn::Confine(error)) => {
             let reason = format!("cannot confine the step: {error}");
@@ -247,9 +247,9 @@ fn run_attempt(
             )));
         }
     };
-    let pid = child.id() as i32;
+    let pid = started.pid;
     let (copied_tx, copied) = mpsc::channel();
-    if let Some(out) = child.stdout.take() {
+    if let Some(out) = started.stdout {
         capture(
             out,
             append(dir, files::STDOUT)?,
@@ -257,7 +257,7 @@ fn run_attempt(
             copied_tx.clone(),
         );
     }
-    if let Some(err) = child.stderr.take() {
+    if let Some(err) = started.stderr {
         capture(err, append(dir, files::STDERR)?, masker(), copied_tx);
     }
     // What lets a later service stop this step if this supervisor dies. A full disk must
@@ -266,11 +266,6 @@ fn run_attempt(
     if let Some(identity) = ProcessIdentity::of(pid) {
         let _ = files::write_json(dir, files::CHILD, &identity, false);
     }
-    std::thread::spawn(move || {
-        if let Ok(status) = child.wait() {
-            let _ = events_tx.send(Event::Exited(status));
-        }
-    });
     let ended = wait_for_end(dir, spec, pid, &events);
     if ended.is_err() {
         // Whatever went wrong, nothing of this attempt may outlive its supervisor.
@@ -295,15 +290,7 @@ fn run_attempt(
 /// The launch handshake: the service writes one byte to our stdin once its store holds
 /// the launch as confirmed. End of file (the service died or stopped first) means the
 /// launch was never recorded, so the step must not start.
-fn wait_for_go(
-    dir: &Path,
-    events_tx: &mpsc::Sender<Event>,
-    events: &mpsc::Receiver<Event>,
-) -> io::Result<Handshake> {
-    let answer = events_tx.clone();
-    std::thread::spawn(move || {
-        let _ = answer.send(Event::Go(Go::read(&mut std::io::stdin().lock())));
-    });
+fn wait_for_go(dir: &Path, events: &mpsc::Receiver<Event>) -> io::Result<Handshake> {
     let go = loop {
         match events.recv() {
             Ok(Event::Go(Some(go))) => break go,
@@ -438,37 +425,64 @@ enum Spawn {
     Exec(io::Error),
 }
 
+/// The step once spawned: its pid and the supervisor's ends of its output pipes.
+struct Started {
+    pid: i32,
+    stdout: Option<std::process::ChildStdout>,
+    stderr: Option<std::process::ChildStderr>,
+}
+
 /// Spawns the step from a thread of its own that first takes on what the step must
 /// inherit: the umask the service was started with (Scarab's own files are private, umask
 /// 077, see `service::private_files`) in a filesystem context of its own, and the
 /// Landlock confinement, which binds the calling thread and what it starts, never the
 /// rest of this supervisor. With no hook to run between fork and exec, the standard
 /// library starts the step with `posix_spawn` (a vfork: no copy of this process's memory
-/// to make and tear down again), where it can.
+/// to make and tear down again), where it can. The thread then waits for the step and
+/// sends its exit status to `exited`.
 fn spawn_confined(
     mut command: Command,
     confinement: Confinement,
-) -> Result<std::process::Child, Spawn> {
+    exited: mpsc::Sender<Event>,
+) -> Result<Started, Spawn> {
     let mask = std::env::var(crate::service::STEP_UMASK_VAR)
         .ok()
         .and_then(|m| u32::from_str_radix(&m, 8).ok())
         .filter(|m| *m <= 0o777)
         .map(rustix::fs::Mode::from_bits_truncate);
-    let spawner = std::thread::spawn(move || {
-        if let Some(mask) = mask {
-            // SAFETY: a plain system call; it gives this thread its own copy of the
-            // process's filesystem context (cwd, root, umask).
-            if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
-                return Err(Spawn::Confine(io::Error::last_os_error()));
+    let (started_tx, started) = mpsc::channel();
+    std::thread::spawn(move || {
+        let spawned = (|| {
+            if let Some(mask) = mask {
+                // SAFETY: a plain system call; it gives this thread its own copy of the
+                // process's filesystem context (cwd, root, umask).
+                if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
+                    return Err(Spawn::Confine(io::Error::last_os_error()));
+                }
+                rustix::process::umask(mask);
             }
-            rustix::process::umask(mask);
+            confinement.apply().map_err(Spawn::Confine)?;
+            command.spawn().map_err(Spawn::Exec)
+        })();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(failure) => {
+                let _ = started_tx.send(Err(failure));
+                return;
+            }
+        };
+        let _ = started_tx.send(Ok(Started {
+            pid: child.id() as i32,
+            stdout: child.stdout.take(),
+            stderr: child.stderr.take(),
+        }));
+        if let Ok(status) = child.wait() {
+            let _ = exited.send(Event::Exited(status));
         }
-        confinement.apply().map_err(Spawn::Confine)?;
-        command.spawn().map_err(Spawn::Exec)
     });
-    spawner.join().unwrap_or_else(|_| {
+    started.recv().unwrap_or_else(|_| {
         Err(Spawn::Confine(io::Error::other(
-            "the spawning thread panicked",
+            "the spawning thread ended early",
         )))
     })
 }
@@ -582,13 +596,46 @@ fn stop(pid: i32, grace: Duration, events: &mpsc::Receiver<Event>) -> io::Result
     }
 }
 
-fn listen_for_stop_signals(events: mpsc::Sender<Event>) -> io::Result<()> {
+/// The supervisor's listening thread: the launch handshake's answer on stdin (one
+/// `Event::Go`), and stop requests (SIGTERM, SIGINT, SIGHUP, through a self-pipe) as
+/// `Event::Signalled`. A stop request must never kill the supervisor itself.
+fn listen(events: mpsc::Sender<Event>) -> io::Result<()> {
+    use rustix::event::{PollFd, PollFlags};
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    use std::io::Read;
+    let (signals, pipe) = std::os::unix::net::UnixStream::pair()?;
+    signals.set_nonblocking(true)?;
+    pipe.set_nonblocking(true)?;
+    for signal in [SIGTERM, SIGINT, SIGHUP] {
+        signal_hook::low_level::pipe::register(signal, pipe.try_clone()?)?;
+    }
     std::thread::spawn(move || {
-        for _ in signals.forever() {
-            if events.send(Event::Signalled).is_err() {
-                return;
+        let stdin = std::io::stdin();
+        let mut handshake = true;
+        loop {
+            let mut ready = [
+                PollFd::new(&signals, PollFlags::IN),
+                PollFd::new(&stdin, PollFlags::IN),
+            ];
+            let watched = if handshake { 2 } else { 1 };
+            match rustix::event::poll(&mut ready[..watched], None) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return,
+            }
+            let signalled = !ready[0].revents().is_empty();
+            let answered = handshake && !ready[1].revents().is_empty();
+            if signalled {
+                let mut bytes = [0u8; 64];
+                while matches!((&signals).read(&mut bytes), Ok(n) if n > 0) {}
+                if events.send(Event::Signalled).is_err() {
+                    return;
+                }
+            }
+            if answered {
+                handshake = false;
+                if events.send(Event::Go(Go::read(&mut stdin.lock()))).is_err() {
+                    return;
+                }
             }
         }
     });
