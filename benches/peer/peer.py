@@ -52,10 +52,14 @@ def scarab_rss_mb(pid):
     """The service's RSS plus its supervisor zygote's (a process of Scarab's too, sharing
     the binary's pages with the service, so this sum counts those twice)."""
     total = rss_mb(pid)
-    try:
-        children = open(f"/proc/{pid}/task/{pid}/children").read().split()
-    except OSError:
-        children = []
+    children = []
+    # Children are listed per thread, and the zygote's parent is whichever thread
+    # spawned it.
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            children += open(f"/proc/{pid}/task/{task}/children").read().split()
+        except OSError:
+            pass
     for child in children:
         try:
             cmdline = open(f"/proc/{child}/cmdline", "rb").read()
