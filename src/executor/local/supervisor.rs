@@ -249,17 +249,22 @@ fn run_attempt(
     };
     let pid = started.pid;
     let (copied_tx, copied) = mpsc::channel();
+    let mut streams = Vec::with_capacity(2);
     if let Some(out) = started.stdout {
-        capture(
-            out,
+        streams.push(Stream::new(
+            out.into(),
             append(dir, files::STDOUT)?,
             masker(),
-            copied_tx.clone(),
-        );
+        ));
     }
     if let Some(err) = started.stderr {
-        capture(err, append(dir, files::STDERR)?, masker(), copied_tx);
+        streams.push(Stream::new(
+            err.into(),
+            append(dir, files::STDERR)?,
+            masker(),
+        ));
     }
+    capture(streams, copied_tx);
     // What lets a later service stop this step if this supervisor dies. A full disk must
     // not end the supervision of a step that already runs (returning here would orphan
     // it): without the file, this supervisor still stops the step's group at its end.
@@ -277,13 +282,7 @@ fn run_attempt(
     signal_group(pid, Signal::KILL);
     // The output's last bytes reach the log before the verdict. A process that left the
     // step's group and still holds a pipe is not waited for beyond a bound.
-    let deadline = Instant::now() + OUTPUT_DRAIN;
-    for _ in 0..2 {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if copied.recv_timeout(left).is_err() {
-            break;
-        }
-    }
+    let _ = copied.recv_timeout(OUTPUT_DRAIN);
     Ok(Some(classify_exit(status, stopped_for, spec, started_at)))
 }
 
@@ -487,45 +486,88 @@ fn spawn_confined(
     })
 }
 
-/// Copies one of the step's output pipes into its log file, masking secret values.
-/// Signals `done` at the end of the stream.
-fn capture(
-    mut from: impl io::Read + Send + 'static,
-    mut to: File,
-    mut masker: Masker,
-    done: mpsc::Sender<()>,
-) {
-    std::thread::spawn(move || {
-        use std::io::Write;
-        let mut buffer = vec![0u8; 64 * 1024];
-        // A log that cannot be written (a full disk) is cut there: the pipe is still
-        // drained so the step never blocks on it, and a marker says where, if it fits.
-        let mut cut: Option<io::Error> = None;
-        loop {
-            match from.read(&mut buffer) {
-                Ok(0) => break,
-                Ok(n) => {
-                    let masked = masker.push(&buffer[..n]);
-                    if cut.is_none()
-                        && let Err(error) = to.write_all(&masked)
-                    {
-                        cut = Some(error);
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => break,
-            }
+/// One of the step's output pipes, the log file it goes to, and its masker.
+struct Stream {
+    from: std::os::fd::OwnedFd,
+    to: File,
+    masker: Masker,
+    /// A log that cannot be written (a full disk) is cut there: the pipe is still
+    /// drained so the step never blocks on it, and a marker says where, if it fits.
+    cut: Option<io::Error>,
+}
+
+impl Stream {
+    fn new(from: std::os::fd::OwnedFd, to: File, masker: Masker) -> Stream {
+        Stream {
+            from,
+            to,
+            masker,
+            cut: None,
         }
-        let tail = masker.finish();
-        match cut {
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        let masked = self.masker.push(bytes);
+        if self.cut.is_none()
+            && let Err(error) = self.to.write_all(&masked)
+        {
+            self.cut = Some(error);
+        }
+    }
+
+    /// The masker's held-back tail, or the marker of where the log was cut.
+    fn finish(mut self) {
+        use std::io::Write;
+        let tail = self.masker.finish();
+        match self.cut {
             None => {
-                let _ = to.write_all(&tail);
+                let _ = self.to.write_all(&tail);
             }
             Some(error) => {
                 let marker =
                     format!("\n[scarab: output cut here, the log could not be written: {error}]\n");
-                let _ = to.write_all(marker.as_bytes());
+                let _ = self.to.write_all(marker.as_bytes());
             }
+        }
+    }
+}
+
+/// Copies the step's output pipes into their log files from one thread, masking secret
+/// values. Signals `done` once every stream has ended.
+fn capture(mut streams: Vec<Stream>, done: mpsc::Sender<()>) {
+    use rustix::event::{PollFd, PollFlags};
+    std::thread::spawn(move || {
+        let mut buffer = vec![0u8; 64 * 1024];
+        while !streams.is_empty() {
+            let mut ready: Vec<PollFd> = streams
+                .iter()
+                .map(|stream| PollFd::new(&stream.from, PollFlags::IN))
+                .collect();
+            match rustix::event::poll(&mut ready, None) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(_) => break,
+            }
+            let readable: Vec<bool> = ready.iter().map(|r| !r.revents().is_empty()).collect();
+            drop(ready);
+            let mut ended = Vec::new();
+            for (index, stream) in streams.iter_mut().enumerate() {
+                if !readable[index] {
+                    continue;
+                }
+                match rustix::io::read(&stream.from, &mut buffer) {
+                    Ok(0) => ended.push(index),
+                    Ok(n) => stream.write(&buffer[..n]),
+                    Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
+                    Err(_) => ended.push(index),
+                }
+            }
+            for index in ended.into_iter().rev() {
+                streams.remove(index).finish();
+            }
+        }
+        for stream in streams {
+            stream.finish();
         }
         let _ = done.send(());
     });
