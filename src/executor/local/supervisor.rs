@@ -251,18 +251,10 @@ fn run_attempt(
     let (copied_tx, copied) = mpsc::channel();
     let mut streams = Vec::with_capacity(2);
     if let Some(out) = started.stdout {
-        streams.push(Stream::new(
-            out.into(),
-            append(dir, files::STDOUT)?,
-            masker(),
-        ));
+        streams.push(Stream::new(out.into(), dir.join(files::STDOUT), masker()));
     }
     if let Some(err) = started.stderr {
-        streams.push(Stream::new(
-            err.into(),
-            append(dir, files::STDERR)?,
-            masker(),
-        ));
+        streams.push(Stream::new(err.into(), dir.join(files::STDERR), masker()));
     }
     capture(streams, copied_tx);
     // What lets a later service stop this step if this supervisor dies. A full disk must
@@ -489,7 +481,10 @@ fn spawn_confined(
 /// One of the step's output pipes, the log file it goes to, and its masker.
 struct Stream {
     from: std::os::fd::OwnedFd,
-    to: File,
+    /// The log file, created at the first byte to write (a step that prints nothing
+    /// leaves none: the logs endpoint reads a missing log as empty).
+    path: PathBuf,
+    to: Option<File>,
     masker: Masker,
     /// A log that cannot be written (a full disk) is cut there: the pipe is still
     /// drained so the step never blocks on it, and a marker says where, if it fits.
@@ -497,39 +492,48 @@ struct Stream {
 }
 
 impl Stream {
-    fn new(from: std::os::fd::OwnedFd, to: File, masker: Masker) -> Stream {
+    fn new(from: std::os::fd::OwnedFd, path: PathBuf, masker: Masker) -> Stream {
         Stream {
             from,
-            to,
+            path,
+            to: None,
             masker,
             cut: None,
         }
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        use std::io::Write;
         let masked = self.masker.push(bytes);
         if self.cut.is_none()
-            && let Err(error) = self.to.write_all(&masked)
+            && let Err(error) = self.append(&masked)
         {
             self.cut = Some(error);
         }
     }
 
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        use std::io::Write;
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let to = match &mut self.to {
+            Some(to) => to,
+            None => self.to.insert(append(&self.path)?),
+        };
+        to.write_all(bytes)
+    }
+
     /// The masker's held-back tail, or the marker of where the log was cut.
     fn finish(mut self) {
-        use std::io::Write;
         let tail = self.masker.finish();
-        match self.cut {
-            None => {
-                let _ = self.to.write_all(&tail);
-            }
+        let _ = match self.cut.take() {
+            None => self.append(&tail),
             Some(error) => {
                 let marker =
                     format!("\n[scarab: output cut here, the log could not be written: {error}]\n");
-                let _ = self.to.write_all(marker.as_bytes());
+                self.append(marker.as_bytes())
             }
-        }
+        };
     }
 }
 
@@ -573,11 +577,8 @@ fn capture(mut streams: Vec<Stream>, done: mpsc::Sender<()>) {
     });
 }
 
-fn append(dir: &Path, name: &str) -> io::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(name))
+fn append(path: &Path) -> io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
 }
 
 /// Waits for the step to exit, stopping it at its timeout or at Scarab's request.
