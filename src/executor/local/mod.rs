@@ -184,16 +184,13 @@ impl LocalExecutor {
             }
             Err(error) => {
                 tracing::warn!(%fence, %error, "no supervisor from the zygote; executing the supervisor instead");
-                let mut command = self.supervisor_command();
-                command
-                    .arg("supervise")
-                    .arg(dir)
-                    .env(confine::PROTECT_VAR, &protected)
-                    // The launch handshake (see `supervisor::wait_for_go`).
-                    .stdin(Stdio::piped());
-                // No pre_exec hook: the supervisor makes its own session (see `supervise`).
-                let mut child = match command.spawn() {
-                    Ok(child) => child,
+                match self.exec_supervisor(dir, &protected) {
+                    Ok((child, go)) => {
+                        if let Some(go) = go {
+                            self.await_go(fence, go, secrets);
+                        }
+                        Exit::Child(child)
+                    }
                     Err(error) => {
                         // The shim never ran, so neither did the step: never-started,
                         // retryable.
@@ -202,11 +199,7 @@ impl LocalExecutor {
                         self.report(run, step, fence, verdict).await;
                         return Ok(());
                     }
-                };
-                if let Some(go) = child.stdin.take().and_then(|s| s.into_owned_fd().ok()) {
-                    self.await_go(fence, go, secrets);
                 }
-                Exit::Child(child)
             }
         };
         if !self.start_watching(fence) {
@@ -252,21 +245,43 @@ impl LocalExecutor {
         dir: &Path,
         protected: &str,
     ) -> Result<(OwnedFd, OwnedFd), zygote::Failed> {
+        // A pipe that cannot be made is this launch's problem, not the zygote's.
+        let (go_read, go_write) =
+            io::pipe().map_err(|e| zygote::Failed::Refused(format!("no handshake pipe: {e}")))?;
         let mut slot = self.inner.zygote.lock().await;
-        let zygote = match slot.take() {
+        let zygote = match &mut *slot {
             Some(zygote) => zygote,
-            None => {
+            empty => {
                 let mut command = self.supervisor_command();
                 command.arg("supervise").arg("--zygote");
-                zygote::Zygote::start(command).map_err(zygote::Failed::Broken)?
+                empty.insert(zygote::Zygote::start(command).map_err(zygote::Failed::Broken)?)
             }
         };
-        let (go_read, go_write) = io::pipe().map_err(zygote::Failed::Broken)?;
         let forked = zygote.fork(dir, protected, go_read.into()).await;
-        if !matches!(forked, Err(zygote::Failed::Broken(_))) {
-            *slot = Some(zygote);
+        if matches!(forked, Err(zygote::Failed::Broken(_))) {
+            *slot = None;
         }
         Ok((forked?, go_write.into()))
+    }
+
+    /// A supervisor executed as `scarab supervise DIR` (when the zygote gives none), and
+    /// the write end of its launch handshake.
+    fn exec_supervisor(
+        &self,
+        dir: &Path,
+        protected: &str,
+    ) -> io::Result<(tokio::process::Child, Option<OwnedFd>)> {
+        let mut command = self.supervisor_command();
+        command
+            .arg("supervise")
+            .arg(dir)
+            .env(confine::PROTECT_VAR, protected)
+            // The launch handshake (see `supervisor::wait_for_go`).
+            .stdin(Stdio::piped());
+        // No pre_exec hook: the supervisor makes its own session (see `supervise`).
+        let mut child = command.spawn()?;
+        let go = child.stdin.take().and_then(|s| s.into_owned_fd().ok());
+        Ok((child, go))
     }
 
     fn await_go(&self, fence: Fence, go: OwnedFd, secrets: Vec<(String, String)>) {

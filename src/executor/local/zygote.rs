@@ -36,8 +36,11 @@ use rustix::process::{Pid, PidfdFlags};
 /// does not know, and the service then executes the binary instead.
 const PROTOCOL: &[u8] = b"scarab-zygote/1\0";
 
-/// The most a request or an answer may hold: an attempt directory and the protected paths.
+/// The most a request may hold: an attempt directory and the protected paths.
 const MAX_MESSAGE: usize = 64 * 1024;
+
+/// The most an answer may hold: "ok", or why no supervisor was forked.
+const MAX_ANSWER: usize = 4 * 1024;
 
 /// How long the service waits for an answer before it gives up on the zygote.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -123,7 +126,7 @@ impl Zygote {
         let answer = self
             .socket
             .async_io(tokio::io::Interest::READABLE, |socket| {
-                let mut bytes = vec![0; MAX_MESSAGE];
+                let mut bytes = vec![0; MAX_ANSWER];
                 let (length, fds) = receive(socket, &mut bytes)?;
                 bytes.truncate(length);
                 Ok((bytes, fds))
@@ -144,7 +147,8 @@ impl Zygote {
 /// Why the zygote forked no supervisor.
 #[derive(Debug, thiserror::Error)]
 pub enum Failed {
-    /// It refused this request (it says why) and serves the next.
+    /// No supervisor for this request (the zygote refused it and says why, or the
+    /// request could not be made); the zygote serves the next.
     #[error("the zygote could not fork a supervisor: {0}")]
     Refused(String),
     /// It is gone or does not answer: it must be replaced.
@@ -247,7 +251,7 @@ fn answer(socket: &OwnedFd, text: &[u8], pidfd: Option<OwnedFd>) -> io::Result<(
     if !fds.is_empty() {
         control.push(SendAncillaryMessage::ScmRights(&fds));
     }
-    let text = &text[..text.len().min(MAX_MESSAGE)];
+    let text = &text[..text.len().min(MAX_ANSWER)];
     rustix::net::sendmsg(
         socket,
         &[IoSlice::new(text)],
