@@ -1,0 +1,37 @@
+"""CPU per run of Scarab alone under the side-by-side's load: N one-step /bin/true runs
+from 2 clients (peer.py's Scarab leg), with the machine's busy time from /proc/stat
+(user + nice + system + irq + softirq, all processes: the service, its zygote and
+supervisors, the steps and the Python clients) divided by N.
+
+Usage: python3 benches/peer/cpu.py N [SCARAB_BINARY ...]; with several binaries they take
+turns, which is how docs/benchmarks.md compares two builds on this noisy machine.
+"""
+
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peer  # noqa: E402
+
+
+def busy_ticks():
+    fields = list(map(int, open("/proc/stat").readline().split()[1:8]))
+    user, nice, system, _idle, _iowait, irq, softirq = fields
+    return user + nice + system + irq + softirq
+
+
+def main():
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+    binaries = sys.argv[2:] or ["target/release/scarab"]
+    scratch = tempfile.mkdtemp(prefix="cpu-", dir=os.path.abspath("target"))
+    hz = os.sysconf("SC_CLK_TCK")
+    for exe in binaries:
+        before = busy_ticks()
+        result = peer.scarab(n, os.path.abspath(exe), scratch)
+        ms = (busy_ticks() - before) / hz * 1000 / n
+        print(f"{exe}: {result['rate']:.0f} runs/s, {ms:.2f} ms CPU per run")
+
+
+if __name__ == "__main__":
+    main()
