@@ -187,6 +187,11 @@ pub const DISK_RESERVE_BYTES: u64 = 4 * 1024 * 1024;
 pub const DISK_RECHECK: Duration = Duration::from_secs(1);
 /// How long a supervisor keeps trying to write a verdict the full disk refuses.
 pub const VERDICT_WRITE_PATIENCE: Duration = Duration::from_secs(600);
+/// Supervisors the zygote keeps waiting for the next local attempt, how long each waits
+/// before it ends, and how many attempts one serves before it ends.
+pub const SUPERVISORS_KEPT_FREE: usize = 4;
+pub const SUPERVISOR_KEPT_FOR: Duration = Duration::from_secs(5);
+pub const SUPERVISOR_ATTEMPTS_MAX: usize = 10_000;
 
 /// A change of the wall clock against Scarab's own time larger than this is logged as a
 /// step.

@@ -178,9 +178,9 @@ impl LocalExecutor {
     ) -> Result<(), ExecutorError> {
         let protected = self.protected_paths();
         let exit = match self.fork_supervisor(dir, &protected).await {
-            Ok((pidfd, go)) => {
+            Ok((pidfd, go, handshake)) => {
                 self.await_go(fence, go, secrets);
-                Exit::Pidfd(pidfd)
+                Exit::Forked { pidfd, handshake }
             }
             Err(error) => {
                 tracing::warn!(%fence, %error, "no supervisor from the zygote; executing the supervisor instead");
@@ -212,7 +212,12 @@ impl LocalExecutor {
                 Exit::Child(mut child) => {
                     let _ = child.wait().await;
                 }
-                Exit::Pidfd(pidfd) => wait_for_pidfd(pidfd).await,
+                // A zygote's supervisor closes its end of the handshake once the verdict
+                // is written, and goes on to the next attempt.
+                Exit::Forked { pidfd, handshake } => tokio::select! {
+                    () = wait_for_pidfd(pidfd) => {}
+                    () = wait_for_hangup(handshake) => {}
+                },
             }
             this.forget_go(fence);
             this.on_supervisor_exit(run, step, fence, &dir, false).await;
@@ -237,17 +242,20 @@ impl LocalExecutor {
         command
     }
 
-    /// A supervisor forked by the zygote (started first if there is none): its pidfd and
-    /// the write end of its launch handshake. A zygote that fails is dropped (it ends when
-    /// its socket closes) and started afresh at the next launch.
+    /// A supervisor from the zygote (started first if there is none): its pidfd, the
+    /// service's end of its launch handshake (a socket pair) to send the go on, and another
+    /// copy of that end, which sees end of file once the attempt is over. A zygote that
+    /// fails is dropped (it ends when its socket closes) and started afresh at the next
+    /// launch.
     async fn fork_supervisor(
         &self,
         dir: &Path,
         protected: &str,
-    ) -> Result<(OwnedFd, OwnedFd), zygote::Failed> {
-        // A pipe that cannot be made is this launch's problem, not the zygote's.
-        let (go_read, go_write) =
-            io::pipe().map_err(|e| zygote::Failed::Refused(format!("no handshake pipe: {e}")))?;
+    ) -> Result<(OwnedFd, OwnedFd, OwnedFd), zygote::Failed> {
+        // A handshake that cannot be made is this launch's problem, not the zygote's.
+        let no_handshake = |e: io::Error| zygote::Failed::Refused(format!("no handshake: {e}"));
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(no_handshake)?;
+        let go = OwnedFd::from(ours.try_clone().map_err(no_handshake)?);
         let mut slot = self.inner.zygote.lock().await;
         let zygote = match &mut *slot {
             Some(zygote) => zygote,
@@ -257,11 +265,11 @@ impl LocalExecutor {
                 empty.insert(zygote::Zygote::start(command).map_err(zygote::Failed::Broken)?)
             }
         };
-        let forked = zygote.fork(dir, protected, go_read.into()).await;
+        let forked = zygote.fork(dir, protected, theirs.into()).await;
         if matches!(forked, Err(zygote::Failed::Broken(_))) {
             *slot = None;
         }
-        Ok((forked?, go_write.into()))
+        Ok((forked?, go, ours.into()))
     }
 
     /// A supervisor executed as `scarab supervise DIR` (when the zygote gives none), and
@@ -665,11 +673,43 @@ async fn wait_for_pidfd(pidfd: OwnedFd) {
     }
 }
 
-/// How a supervisor's end is noticed: an own child is waited for, a forked one (its
-/// parent is the zygote) through its pidfd.
+/// How the end of a supervision is noticed: an own child is waited for; one from the
+/// zygote (its parent is the zygote) ends the attempt when it closes its end of the
+/// handshake, or when it dies (its pidfd).
 enum Exit {
     Child(tokio::process::Child),
-    Pidfd(OwnedFd),
+    Forked { pidfd: OwnedFd, handshake: OwnedFd },
+}
+
+/// Waits until the other end of the socket `handshake` is closed (by every process that
+/// held it). The descriptor stays blocking (it shares its file description with the end
+/// the go is written to); reads here never wait.
+async fn wait_for_hangup(handshake: OwnedFd) {
+    let readable = tokio::io::Interest::READABLE;
+    // SAFETY: the AsyncFd owns the OwnedFd, so the descriptor stays open and refers to
+    // the same socket for the AsyncFd's whole life.
+    let Ok(socket) =
+        (unsafe { tokio::io::unix::AsyncFd::register_with_interest(handshake, readable) })
+    else {
+        // Left to the pidfd.
+        return std::future::pending().await;
+    };
+    let mut bytes = [0u8; 64];
+    loop {
+        let Ok(mut guard) = socket.readable().await else {
+            return std::future::pending().await;
+        };
+        match rustix::net::recv(
+            socket.get_ref(),
+            &mut bytes,
+            rustix::net::RecvFlags::DONTWAIT,
+        ) {
+            Ok((0, _)) => return,
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(rustix::io::Errno::AGAIN) => guard.clear_ready(),
+            Err(_) => return,
+        }
+    }
 }
 
 fn never_started(class: FailureClass, reason: String) -> Verdict {

@@ -41,18 +41,42 @@ enum Event {
     Go(Option<Go>),
 }
 
-/// Runs the attempt in `dir` to its verdict. Returns once `verdict.json` is written (or
-/// when another supervisor already finished this attempt).
+/// Runs the attempt in `dir` to its verdict, with the launch handshake on stdin. Returns
+/// once `verdict.json` is written (or when another supervisor already finished this
+/// attempt).
 pub fn supervise(dir: &Path) -> Result<(), SuperviseError> {
-    supervise_confined(dir, None)
+    let handshake =
+        io::stdin()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|source| SuperviseError::Io {
+                dir: dir.display().to_string(),
+                source,
+            })?;
+    supervise_confined(dir, None, handshake).map(|_| ())
+}
+
+/// How a supervision ended, for a zygote's supervisor deciding whether to take another
+/// attempt.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// Nothing of the attempt is left in this process: no thread, no descriptor.
+    Clean,
+    /// Something of it may be (output still draining from a process that left the step's
+    /// group, a step it lost track of), or the service is gone: this process must end.
+    Exit,
 }
 
 /// `supervise`, with the step's confinement already built (by the zygote) or `None` to
-/// build it here.
+/// build it here, and `handshake` the service's launch handshake (read for the go). The
+/// handshake is closed only once the verdict is written and the attempt's lock released,
+/// so a service holding the other end of a socket sees end of file exactly when the
+/// attempt is over, whether or not this process goes on.
 pub fn supervise_confined(
     dir: &Path,
     confinement: Option<Result<Confinement, ConfineError>>,
-) -> Result<(), SuperviseError> {
+    handshake: std::os::fd::OwnedFd,
+) -> Result<Ending, SuperviseError> {
     let io_error = |source| SuperviseError::Io {
         dir: dir.display().to_string(),
         source,
@@ -60,14 +84,15 @@ pub fn supervise_confined(
     // Its own session: it survives the service, and no terminal signal reaches it. Done
     // here rather than by the spawner, so the service can spawn without a fork hook
     // (posix_spawn). It fails only if this process already leads a group, which a
-    // process spawned plainly never does.
+    // process spawned plainly never does (and a zygote's supervisor did it at its first
+    // attempt).
     let _ = rustix::process::setsid();
     let lock = files::open_lock(dir).map_err(io_error)?;
     // Blocking: a service probing liveness holds a shared lock for an instant.
     rustix::fs::flock(lock.as_fd(), rustix::fs::FlockOperation::LockExclusive)
         .map_err(|e| io_error(e.into()))?;
     if dir.join(files::VERDICT).exists() {
-        return Ok(());
+        return Ok(Ending::Clean);
     }
     // A marker left by an earlier supervisor that gave up at the handshake is stale now
     // that this one owns the attempt.
@@ -79,15 +104,19 @@ pub fn supervise_confined(
     let spec: Spec = files::read_spec(dir)
         .map_err(io_error)?
         .ok_or_else(|| SuperviseError::NoSpec(dir.display().to_string()))?;
-    let Some(verdict) = run_attempt(dir, &spec, confinement).map_err(io_error)? else {
-        return Ok(());
+    let mut ending = Ending::Clean;
+    let Some(verdict) =
+        run_attempt(dir, &spec, confinement, &handshake, &mut ending).map_err(io_error)?
+    else {
+        return Ok(Ending::Exit);
     };
     // Atomic but not fsynced: the service commits the verdict durably to the store. A
     // power cut before that commit loses the file and the attempt is then reported
     // `lost`: conservative, never a second run under this fence.
     write_verdict_patiently(dir, &verdict).map_err(io_error)?;
     drop(lock);
-    Ok(())
+    drop(handshake);
+    Ok(ending)
 }
 
 /// Writes the verdict, waiting out a full disk (the service frees its reserve when it hits
@@ -110,10 +139,14 @@ fn write_verdict_patiently(dir: &Path, verdict: &Verdict) -> io::Result<()> {
 
 /// `Ok(None)`: the launch was never recorded, so nothing ran and no verdict is written;
 /// the attempt directory is left looking fresh, so the next service relaunches this fence.
+///
+/// `ending` becomes `Ending::Exit` when something of the attempt may outlive this call.
 fn run_attempt(
     dir: &Path,
     spec: &Spec,
     confinement: Option<Result<Confinement, ConfineError>>,
+    handshake: &std::os::fd::OwnedFd,
+    ending: &mut Ending,
 ) -> io::Result<Option<Verdict>> {
     if dir.join(files::SUPERVISOR).exists() {
         // A supervisor of this fence ran before and died without a verdict: its step may
@@ -133,7 +166,8 @@ fn run_attempt(
     }
     // Signals first: a stop request must never kill the supervisor itself.
     let (events_tx, events) = mpsc::channel();
-    listen(events_tx.clone())?;
+    // Ends (and is joined) when this function returns, whichever way.
+    let _listener = listen(events_tx.clone(), handshake.try_clone()?)?;
     let me = ProcessIdentity::of(std::process::id() as i32)
         .ok_or_else(|| io::Error::other("cannot read this process's own start time"))?;
     // Not fsynced: what makes a relaunch safe after a power cut is the store, not this
@@ -247,13 +281,18 @@ fn run_attempt(
             )));
         }
     };
-    let pid = started.pid;
+    let Started {
+        pid,
+        stdout,
+        stderr,
+        thread,
+    } = started;
     let (copied_tx, copied) = mpsc::channel();
     let mut streams = Vec::with_capacity(2);
-    if let Some(out) = started.stdout {
+    if let Some(out) = stdout {
         streams.push(Stream::new(out.into(), dir.join(files::STDOUT), masker()));
     }
-    if let Some(err) = started.stderr {
+    if let Some(err) = stderr {
         streams.push(Stream::new(err.into(), dir.join(files::STDERR), masker()));
     }
     capture(streams, copied_tx);
@@ -273,8 +312,15 @@ fn run_attempt(
     // overlap anything of this attempt.
     signal_group(pid, Signal::KILL);
     // The output's last bytes reach the log before the verdict. A process that left the
-    // step's group and still holds a pipe is not waited for beyond a bound.
-    let _ = copied.recv_timeout(OUTPUT_DRAIN);
+    // step's group and still holds a pipe is not waited for beyond a bound; the thread
+    // copying it then goes on, so this process must not take another attempt.
+    if copied.recv_timeout(OUTPUT_DRAIN).is_err() {
+        *ending = Ending::Exit;
+    }
+    // The spawning thread's last act was to send the step's exit status.
+    if thread.join().is_err() {
+        *ending = Ending::Exit;
+    }
     Ok(Some(classify_exit(status, stopped_for, spec, started_at)))
 }
 
@@ -313,7 +359,7 @@ pub const GO: u8 = b'g';
 
 /// The go of the launch handshake: the go byte, then one line of JSON with the values of
 /// the secrets the step references (and which of them the service could not give). A
-/// go byte alone (end of file after it) is a go without secrets.
+/// go byte and an empty line (or end of file) is a go without secrets.
 #[derive(Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Go {
     /// (variable, value).
@@ -344,8 +390,10 @@ impl Go {
         if !self.env.is_empty() || !self.missing.is_empty() {
             // JSON escapes every newline inside strings: the line is the whole message.
             bytes.extend(serde_json::to_vec(self).unwrap_or_default());
-            bytes.push(b'\n');
         }
+        // Always ended: a zygote's supervisor reads the go from a socket the service keeps
+        // open (to see the attempt end), so end of file cannot end the line.
+        bytes.push(b'\n');
         bytes
     }
 
@@ -358,7 +406,7 @@ impl Go {
         }
         let mut line = Vec::new();
         match input.take(Self::MAX_BYTES).read_until(b'\n', &mut line) {
-            Ok(0) => Some(Go::default()),
+            Ok(_) if line.trim_ascii().is_empty() => Some(Go::default()),
             Ok(_) => serde_json::from_slice(line.trim_ascii_end()).ok(),
             Err(_) => None,
         }
@@ -416,11 +464,13 @@ enum Spawn {
     Exec(io::Error),
 }
 
-/// The step once spawned: its pid and the supervisor's ends of its output pipes.
+/// The step once spawned: its pid, the supervisor's ends of its output pipes, and the
+/// thread that waits for it.
 struct Started {
     pid: i32,
     stdout: Option<std::process::ChildStdout>,
     stderr: Option<std::process::ChildStderr>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 /// Spawns the step from a thread of its own that first takes on what the step must
@@ -442,7 +492,7 @@ fn spawn_confined(
         .filter(|m| *m <= 0o777)
         .map(rustix::fs::Mode::from_bits_truncate);
     let (started_tx, started) = mpsc::channel();
-    std::thread::spawn(move || {
+    let thread = std::thread::spawn(move || {
         let spawned = (|| {
             if let Some(mask) = mask {
                 // SAFETY: a plain system call; it gives this thread its own copy of the
@@ -462,20 +512,30 @@ fn spawn_confined(
                 return;
             }
         };
-        let _ = started_tx.send(Ok(Started {
-            pid: child.id() as i32,
-            stdout: child.stdout.take(),
-            stderr: child.stderr.take(),
-        }));
+        let _ = started_tx.send(Ok((
+            child.id() as i32,
+            child.stdout.take(),
+            child.stderr.take(),
+        )));
         if let Ok(status) = child.wait() {
             let _ = exited.send(Event::Exited(status));
         }
     });
-    started.recv().unwrap_or_else(|_| {
-        Err(Spawn::Confine(io::Error::other(
+    match started.recv() {
+        Ok(Ok((pid, stdout, stderr))) => Ok(Started {
+            pid,
+            stdout,
+            stderr,
+            thread,
+        }),
+        Ok(Err(failure)) => {
+            let _ = thread.join();
+            Err(failure)
+        }
+        Err(_) => Err(Spawn::Confine(io::Error::other(
             "the spawning thread ended early",
-        )))
-    })
+        ))),
+    }
 }
 
 /// One of the step's output pipes, the log file it goes to, and its masker.
@@ -542,7 +602,9 @@ impl Stream {
 fn capture(mut streams: Vec<Stream>, done: mpsc::Sender<()>) {
     use rustix::event::{PollFd, PollFlags};
     std::thread::spawn(move || {
-        let mut buffer = vec![0u8; 64 * 1024];
+        // Not zeroed: the pages are touched only as output arrives, and a step that prints
+        // nothing costs none.
+        let mut buffer: Vec<u8> = Vec::with_capacity(64 * 1024);
         while !streams.is_empty() {
             let mut ready: Vec<PollFd> = streams
                 .iter()
@@ -559,9 +621,9 @@ fn capture(mut streams: Vec<Stream>, done: mpsc::Sender<()>) {
                 if !readable[index] {
                     continue;
                 }
-                match rustix::io::read(&stream.from, &mut buffer) {
-                    Ok(0) => ended.push(index),
-                    Ok(n) => stream.write(&buffer[..n]),
+                match rustix::io::read(&stream.from, buffer.spare_capacity_mut()) {
+                    Ok(([], _)) => ended.push(index),
+                    Ok((read, _)) => stream.write(read),
                     Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
                     Err(_) => ended.push(index),
                 }
@@ -639,50 +701,91 @@ fn stop(pid: i32, grace: Duration, events: &mpsc::Receiver<Event>) -> io::Result
     }
 }
 
-/// The supervisor's listening thread: the launch handshake's answer on stdin (one
+/// The supervisor's listening thread for one attempt: the launch handshake's answer (one
 /// `Event::Go`), and stop requests (SIGTERM, SIGINT, SIGHUP, through a self-pipe) as
-/// `Event::Signalled`. A stop request must never kill the supervisor itself.
-fn listen(events: mpsc::Sender<Event>) -> io::Result<()> {
+/// `Event::Signalled`. A stop request must never kill the supervisor itself. The thread
+/// ends, and is joined, when the returned `Listener` is dropped.
+fn listen(events: mpsc::Sender<Event>, handshake: std::os::fd::OwnedFd) -> io::Result<Listener> {
     use rustix::event::{PollFd, PollFlags};
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     use std::io::Read;
+    let signals = signal_pipe()?;
+    let (quit, quit_tx) = io::pipe()?;
+    let thread = std::thread::spawn(move || {
+        let mut handshake = Some(io::BufReader::new(File::from(handshake)));
+        loop {
+            let (signalled, answered, quitting) = {
+                let mut ready = vec![
+                    PollFd::new(signals, PollFlags::IN),
+                    PollFd::new(&quit, PollFlags::IN),
+                ];
+                if let Some(handshake) = &handshake {
+                    ready.push(PollFd::new(handshake.get_ref(), PollFlags::IN));
+                }
+                match rustix::event::poll(&mut ready, None) {
+                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                    Err(_) => return,
+                }
+                let seen = |i: usize| ready.get(i).is_some_and(|r| !r.revents().is_empty());
+                (seen(0), seen(2), seen(1))
+            };
+            if quitting {
+                return;
+            }
+            if signalled {
+                let mut bytes = [0u8; 64];
+                while matches!((&*signals).read(&mut bytes), Ok(n) if n > 0) {}
+                if events.send(Event::Signalled).is_err() {
+                    return;
+                }
+            }
+            if answered
+                && let Some(mut reader) = handshake.take()
+                && events.send(Event::Go(Go::read(&mut reader))).is_err()
+            {
+                return;
+            }
+        }
+    });
+    Ok(Listener {
+        quit: Some(quit_tx),
+        thread: Some(thread),
+    })
+}
+
+/// The listening thread of one attempt; dropping this ends and joins it.
+struct Listener {
+    quit: Option<io::PipeWriter>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        // Closing the write end wakes the thread's poll.
+        self.quit.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The read end of the self-pipe that SIGTERM, SIGINT and SIGHUP write to, registered
+/// once per process (a zygote's supervisor serves many attempts). A signal meant for an
+/// earlier attempt may reach a later one's listener: it is a stop request only if the
+/// attempt directory holds one, so it is ignored there.
+fn signal_pipe() -> io::Result<&'static std::os::unix::net::UnixStream> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    static SIGNALS: std::sync::OnceLock<std::os::unix::net::UnixStream> =
+        std::sync::OnceLock::new();
+    if let Some(signals) = SIGNALS.get() {
+        return Ok(signals);
+    }
     let (signals, pipe) = std::os::unix::net::UnixStream::pair()?;
     signals.set_nonblocking(true)?;
     pipe.set_nonblocking(true)?;
     for signal in [SIGTERM, SIGINT, SIGHUP] {
         signal_hook::low_level::pipe::register(signal, pipe.try_clone()?)?;
     }
-    std::thread::spawn(move || {
-        let stdin = std::io::stdin();
-        let mut handshake = true;
-        loop {
-            let mut ready = [
-                PollFd::new(&signals, PollFlags::IN),
-                PollFd::new(&stdin, PollFlags::IN),
-            ];
-            let watched = if handshake { 2 } else { 1 };
-            match rustix::event::poll(&mut ready[..watched], None) {
-                Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(_) => return,
-            }
-            let signalled = !ready[0].revents().is_empty();
-            let answered = handshake && !ready[1].revents().is_empty();
-            if signalled {
-                let mut bytes = [0u8; 64];
-                while matches!((&signals).read(&mut bytes), Ok(n) if n > 0) {}
-                if events.send(Event::Signalled).is_err() {
-                    return;
-                }
-            }
-            if answered {
-                handshake = false;
-                if events.send(Event::Go(Go::read(&mut stdin.lock()))).is_err() {
-                    return;
-                }
-            }
-        }
-    });
-    Ok(())
+    Ok(SIGNALS.get_or_init(|| signals))
 }
 
 fn classify_exit(

@@ -21,9 +21,9 @@
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::net::{
@@ -34,7 +34,7 @@ use rustix::process::{Pid, PidfdFlags};
 
 /// The first bytes of every request. A zygote of another version refuses a request it
 /// does not know, and the service then executes the binary instead.
-const PROTOCOL: &[u8] = b"scarab-zygote/1\0";
+const PROTOCOL: &[u8] = b"scarab-zygote/2\0";
 
 /// The most a request may hold: an attempt directory and the protected paths.
 const MAX_MESSAGE: usize = 64 * 1024;
@@ -185,31 +185,94 @@ fn receive(socket: impl AsFd, buffer: &mut [u8]) -> rustix::io::Result<(usize, V
     Ok((message.bytes, fds))
 }
 
+/// One supervisor the zygote forked: its pid and the zygote's end of the socket pair it
+/// is given attempts on.
+struct Supervisor {
+    pid: Pid,
+    channel: OwnedFd,
+    /// When it last became free.
+    since: Instant,
+}
+
+/// What a supervisor tells the zygote when it is done with an attempt and takes another.
+const FREE: &[u8] = b"free";
+
 /// The zygote: serves the service on `socket` (its stdin) until the service's end closes.
 ///
 /// It must stay single-threaded: a fork copies only the calling thread, and the child
 /// goes on to run a whole supervisor.
+///
+/// Supervisors are kept: one that ends an attempt cleanly (`supervisor::Ending::Clean`)
+/// says so and waits for the next, so the fork, the first page faults and the exit of a
+/// process are paid once for many attempts. A free supervisor is given the next attempt
+/// (the most recently freed first: its pages are the warmest); at most
+/// `limits::SUPERVISORS_KEPT_FREE` wait, each for at most `limits::SUPERVISOR_KEPT_FOR`,
+/// and each serves at most `limits::SUPERVISOR_ATTEMPTS_MAX` attempts.
 pub fn serve(socket: OwnedFd) -> io::Result<()> {
     // Out of the service's session: a terminal's ^C stops the service, which closes the
     // socket, and the zygote then ends on its own.
     let _ = rustix::process::setsid();
     rustix::io::ioctl_fionbio(&socket, false)?;
     // Building a step's Landlock ruleset is the largest cost of a supervisor: the zygote
-    // keeps the last one while nothing it was built from changed (see `confine::Kept`).
+    // keeps the last one while nothing it was built from changed (see `confine::Kept`),
+    // and every supervisor inherits it at its fork and keeps its own copy the same way.
     let mut kept = super::confine::Kept::default();
     let mut buffer = vec![0; MAX_MESSAGE];
+    let mut free: Vec<Supervisor> = Vec::new();
+    let mut busy: Vec<Supervisor> = Vec::new();
     loop {
         reap_supervisors();
-        // Woken at least once a second to reap the supervisors that ended meanwhile.
-        let mut ready = [PollFd::new(&socket, PollFlags::IN)];
-        let second = Timespec {
-            tv_sec: 1,
-            tv_nsec: 0,
+        // Free supervisors that waited too long end (their socket closes).
+        free.retain(|s| s.since.elapsed() < crate::limits::SUPERVISOR_KEPT_FOR);
+        let (request_ready, freed, gone) = {
+            // Woken at least once a second to reap the supervisors that ended meanwhile.
+            let mut ready = vec![PollFd::new(&socket, PollFlags::IN)];
+            ready.extend(busy.iter().map(|s| PollFd::new(&s.channel, PollFlags::IN)));
+            ready.extend(free.iter().map(|s| PollFd::new(&s.channel, PollFlags::IN)));
+            let second = Timespec {
+                tv_sec: 1,
+                tv_nsec: 0,
+            };
+            match rustix::event::poll(&mut ready, Some(&second)) {
+                Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+                Ok(_) => {}
+                Err(error) => return Err(error.into()),
+            }
+            let seen: Vec<bool> = ready.iter().map(|r| !r.revents().is_empty()).collect();
+            let freed: Vec<bool> = seen[1..1 + busy.len()].to_vec();
+            // A free supervisor's socket is readable only once it is gone.
+            let gone: Vec<bool> = seen[1 + busy.len()..].to_vec();
+            (seen[0], freed, gone)
         };
-        match rustix::event::poll(&mut ready, Some(&second)) {
-            Ok(0) | Err(rustix::io::Errno::INTR) => continue,
-            Ok(_) => {}
-            Err(error) => return Err(error.into()),
+        free = free
+            .into_iter()
+            .zip(gone)
+            .filter_map(|(supervisor, gone)| (!gone).then_some(supervisor))
+            .collect();
+        let mut still_busy = Vec::with_capacity(busy.len());
+        for (supervisor, readable) in busy.drain(..).zip(freed) {
+            if !readable {
+                still_busy.push(supervisor);
+                continue;
+            }
+            let mut said = [0u8; 16];
+            match receive(&supervisor.channel, &mut said) {
+                Ok((length, _))
+                    if &said[..length] == FREE
+                        && free.len() < crate::limits::SUPERVISORS_KEPT_FREE =>
+                {
+                    free.push(Supervisor {
+                        since: Instant::now(),
+                        ..supervisor
+                    });
+                }
+                // Gone, or one too many to keep: dropped, its socket closes and it ends.
+                _ => {}
+            }
+        }
+        busy = still_busy;
+        if !request_ready {
+            continue;
         }
         let (request, mut fds) = match receive(&socket, &mut buffer) {
             Ok((length, fds)) => (&buffer[..length], fds),
@@ -226,22 +289,93 @@ pub fn serve(socket: OwnedFd) -> io::Result<()> {
         }
         let go = fds.pop().filter(|_| fds.is_empty());
         drop(fds);
-        let forked = match (parse(request), go) {
-            (Ok((dir, protected)), Some(go)) => {
-                let confinement = super::supervisor::protected_paths(&dir, Some(&protected))
-                    .and_then(|paths| kept.confinement(&paths));
-                fork_supervisor(&dir, confinement, go)
-            }
+        let handed = match (parse(request), go) {
+            (Ok((dir, protected)), Some(go)) => hand_over(
+                request, &dir, &protected, go, &mut free, &busy, &socket, &mut kept,
+            ),
             (Err(error), _) => Err(error),
             (Ok(_), None) => Err(io::Error::other(
-                "a request needs exactly one descriptor: the handshake pipe",
+                "a request needs exactly one descriptor: the handshake",
             )),
         };
-        match forked {
-            Ok(pidfd) => answer(&socket, b"ok", Some(pidfd))?,
+        match handed {
+            Ok(supervisor) => {
+                let pid = supervisor.pid;
+                busy.push(supervisor);
+                // The supervisor cannot have been reaped yet (only this process reaps, and
+                // it tracks it as busy), so the pid is still that process's.
+                match rustix::process::pidfd_open(pid, PidfdFlags::empty()) {
+                    Ok(pidfd) => answer(&socket, b"ok", Some(pidfd))?,
+                    Err(error) => answer(&socket, error.to_string().as_bytes(), None)?,
+                }
+            }
             Err(error) => answer(&socket, error.to_string().as_bytes(), None)?,
         }
     }
+}
+
+/// Gives the attempt of `request` to a free supervisor, or to a new one forked for it.
+#[allow(clippy::too_many_arguments)]
+fn hand_over(
+    request: &[u8],
+    dir: &Path,
+    protected: &str,
+    go: OwnedFd,
+    free: &mut Vec<Supervisor>,
+    busy: &[Supervisor],
+    socket: &OwnedFd,
+    kept: &mut super::confine::Kept,
+) -> io::Result<Supervisor> {
+    while let Some(supervisor) = free.pop() {
+        // One that died since it said it was free fails here (its socket is closed):
+        // the next is tried.
+        if send(&supervisor.channel, request, &go).is_ok() {
+            return Ok(supervisor);
+        }
+    }
+    // Built (or checked) before the fork, so the new supervisor inherits it.
+    let _ = super::supervisor::protected_paths(dir, Some(protected))
+        .and_then(|paths| kept.confinement(&paths));
+    let (ours, theirs) = rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    // What the child must not hold: the service's socket, every other supervisor's
+    // socket, this attempt's handshake (it arrives again, over its own socket).
+    let mut foreign: Vec<i32> = vec![ours.as_raw_fd(), go.as_raw_fd()];
+    foreign.extend(free.iter().chain(busy).map(|s| s.channel.as_raw_fd()));
+    // SAFETY: this process has a single thread (see `serve`), so the child is a complete
+    // copy of it and may go on running any code.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        std::process::exit(supervisor_process(socket, &foreign, theirs, kept));
+    }
+    drop(theirs);
+    let pid = Pid::from_raw(pid).ok_or_else(io::Error::last_os_error)?;
+    let supervisor = Supervisor {
+        pid,
+        channel: ours,
+        since: Instant::now(),
+    };
+    send(&supervisor.channel, request, &go)?;
+    Ok(supervisor)
+}
+
+/// Sends `request` with the handshake `go` to a supervisor.
+fn send(channel: &OwnedFd, request: &[u8], go: &OwnedFd) -> io::Result<()> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds = [go.as_fd()];
+    control.push(SendAncillaryMessage::ScmRights(&fds));
+    rustix::net::sendmsg(
+        channel,
+        &[IoSlice::new(request)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )?;
+    Ok(())
 }
 
 fn answer(socket: &OwnedFd, text: &[u8], pidfd: Option<OwnedFd>) -> io::Result<()> {
@@ -283,39 +417,61 @@ fn parse(request: &[u8]) -> io::Result<(PathBuf, String)> {
     Ok((dir, protected))
 }
 
-/// Forks a supervisor for `dir` with `go` as its stdin; returns a pidfd of it.
-fn fork_supervisor(dir: &Path, confinement: Confined, go: OwnedFd) -> io::Result<OwnedFd> {
-    // SAFETY: this process has a single thread (see `serve`), so the child is a complete
-    // copy of it and may go on running any code.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        std::process::exit(supervise_forked(dir, confinement, go));
-    }
-    drop(go);
-    drop(confinement);
-    let pid = Pid::from_raw(pid).ok_or_else(io::Error::last_os_error)?;
-    // The child cannot have been reaped yet (only this process reaps it), so the pid is
-    // still that child's even if it already exited.
-    Ok(rustix::process::pidfd_open(pid, PidfdFlags::empty())?)
-}
-
-/// The step's confinement as the zygote built it (or why it could not).
-type Confined = Result<super::confine::Confinement, super::confine::ConfineError>;
-
-/// The forked child: becomes the supervisor of `dir`. Returns its exit code.
-fn supervise_forked(dir: &Path, confinement: Confined, go: OwnedFd) -> i32 {
-    use std::os::fd::AsRawFd;
-    // Stdin becomes the handshake pipe, replacing the zygote's socket: a supervisor holds
-    // nothing of the zygote.
-    // SAFETY: plain descriptor numbers; `go` stays open across the call.
-    if unsafe { libc::dup2(go.as_raw_fd(), libc::STDIN_FILENO) } < 0 {
+/// The forked child: a supervisor that takes attempts from `channel` until the zygote is
+/// gone, an attempt does not end cleanly, or it served its share. Returns its exit code.
+fn supervisor_process(
+    zygote_socket: &OwnedFd,
+    foreign: &[i32],
+    channel: OwnedFd,
+    kept: &mut super::confine::Kept,
+) -> i32 {
+    // Stdin (the zygote's socket to the service) becomes /dev/null, and the other
+    // descriptors of the zygote close: a supervisor holds nothing of the zygote but its
+    // own socket.
+    let Ok(null) = std::fs::File::open("/dev/null") else {
         return 1;
+    };
+    // SAFETY: plain descriptor numbers, all open in this process; none is used again.
+    unsafe {
+        if libc::dup2(null.as_raw_fd(), zygote_socket.as_raw_fd()) < 0 {
+            return 1;
+        }
+        for fd in foreign {
+            libc::close(*fd);
+        }
     }
-    drop(go);
-    match super::supervisor::supervise_confined(dir, Some(confinement)) {
-        Ok(()) => 0,
-        Err(_) => 1,
+    drop(null);
+    let mut kept = std::mem::take(kept);
+    let mut buffer = vec![0; MAX_MESSAGE];
+    for _ in 0..crate::limits::SUPERVISOR_ATTEMPTS_MAX {
+        let (length, mut fds) = loop {
+            match receive(&channel, &mut buffer) {
+                Err(rustix::io::Errno::INTR) => continue,
+                Ok(received) => break received,
+                Err(_) => return 1,
+            }
+        };
+        if length == 0 && fds.is_empty() {
+            // The zygote is gone.
+            return 0;
+        }
+        let go = fds.pop().filter(|_| fds.is_empty());
+        drop(fds);
+        let (Ok((dir, protected)), Some(go)) = (parse(&buffer[..length]), go) else {
+            return 1;
+        };
+        let confinement = super::supervisor::protected_paths(&dir, Some(&protected))
+            .and_then(|paths| kept.confinement(&paths));
+        match super::supervisor::supervise_confined(&dir, Some(confinement), go) {
+            Ok(super::supervisor::Ending::Clean) => {}
+            Ok(super::supervisor::Ending::Exit) => return 0,
+            Err(_) => return 1,
+        }
+        if rustix::net::send(&channel, FREE, SendFlags::NOSIGNAL).is_err() {
+            return 0;
+        }
     }
+    0
 }
 
 /// Reaps every supervisor that has ended. The service watches them through pidfds, which
