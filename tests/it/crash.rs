@@ -213,6 +213,76 @@ fn restore_of_an_older_store_stops_foreign_attempts_and_never_reuses_a_fence() {
     );
 }
 
+/// A supervisor from the zygote serves the next attempt once its step ended cleanly; one
+/// whose step left a process holding its output ends after the attempt instead, and a
+/// free one ends after waiting `limits::SUPERVISOR_KEPT_FOR` (5 s) for work.
+#[test]
+fn a_supervisor_is_kept_for_the_next_attempt_unless_something_of_its_step_may_remain() {
+    let dir = common::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("state"));
+    let quick = |name: &str, extra: &str| {
+        let file = dir.path().join(name);
+        let id = server.submit(&format!(
+            "name: {name}\nsteps:\n  - name: a\n    run: [sh, -c, 'echo $PPID > {}{extra}']\n",
+            file.display()
+        ));
+        let run = server.wait_terminal(&id, WITHIN);
+        assert_eq!(run["state"], "succeeded", "{run:#}");
+        wait_pid_file(&file, WITHIN)
+    };
+    let first = quick("first", "");
+    let second = quick("second", "");
+    assert_eq!(
+        first, second,
+        "the second attempt had the first's supervisor"
+    );
+    let zygote = parent_of(first).expect("the kept supervisor waits for work");
+    assert_eq!(
+        parent_of(zygote),
+        Some(server.pid().expect("running") as i32),
+        "its parent is the zygote"
+    );
+
+    // A process that left the step's group keeps the output pipe open: the verdict comes
+    // after the drain bound, and that supervisor serves no other attempt.
+    let escaped = dir.path().join("escaped");
+    let third = quick(
+        "third",
+        &format!("; setsid sleep 60 & echo $! > {}", escaped.display()),
+    );
+    let escaped = wait_pid_file(&escaped, WITHIN);
+    assert_eq!(
+        third, first,
+        "the third attempt still had the kept supervisor"
+    );
+    // At once, well within the time a free supervisor is kept.
+    let fourth = quick("fourth", "");
+    assert_ne!(
+        fourth, third,
+        "a supervisor with output still draining was given another attempt"
+    );
+    let deadline = std::time::Instant::now() + WITHIN;
+    while process_alive(third) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a supervisor with output still draining did not end"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: a plain kill of the process the test's step left behind.
+    unsafe { libc::kill(escaped, libc::SIGKILL) };
+
+    // Nothing to do: the free supervisor ends on its own.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while process_alive(fourth) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a free supervisor waited for work for ever"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The parent pid of `pid` (field 4 of /proc/PID/stat), while it runs.
 fn parent_of(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
