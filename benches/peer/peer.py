@@ -42,6 +42,33 @@ def true():
 PIPELINE = b"name: peer\nsteps:\n  - name: t\n    run: [/bin/true]\n"
 
 
+def scratch_root():
+    """Where the state of every system goes: $PEER_SCRATCH, else /var/tmp, which Debian
+    keeps on disk as it keeps /var/lib (where Scarab's package puts its state). Never a
+    tmpfs, where an fsync costs nothing. Not target/: on the machine of docs/benchmarks.md
+    it sits in block groups so full that every file or directory created there scans for
+    a free inode (mkdir 250 us there against 25 us in /var/tmp, same disk), which taxes
+    Scarab's attempt directories and nothing of Celery's."""
+    root = os.environ.get("PEER_SCRATCH", "/var/tmp")
+    fs = filesystem_of(root)
+    if fs == "tmpfs":
+        raise SystemExit(f"{root} is a tmpfs, where fsync is free: set PEER_SCRATCH to a disk")
+    return root, fs
+
+
+def filesystem_of(path):
+    """The type of the filesystem `path` is on (the longest mount point above it)."""
+    path = os.path.realpath(path)
+    best, kind = "", "?"
+    with open("/proc/mounts") as mounts:
+        for line in mounts:
+            fields = line.split()
+            point = fields[1]
+            if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= len(best):
+                best, kind = point, fields[2]
+    return kind
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -49,8 +76,9 @@ def free_port():
 
 
 def scarab_rss_mb(pid):
-    """The service's RSS plus its supervisor zygote's (a process of Scarab's too, sharing
-    the binary's pages with the service, so this sum counts those twice)."""
+    """The service's RSS plus its supervisor zygote's and the supervisors it keeps
+    (processes of Scarab's too, sharing the binary's pages with the service, so this sum
+    counts those more than once)."""
     total = rss_mb(pid)
     children = []
     # Children are listed per thread, and the zygote's parent is whichever thread
@@ -66,8 +94,13 @@ def scarab_rss_mb(pid):
         except OSError:
             continue
         if cmdline.endswith(b"supervise\0--zygote\0"):
-            total += rss_mb(int(child))
+            total += tree_rss_mb(int(child))
     return total
+
+
+# How long the zygote keeps a free supervisor (limits::SUPERVISOR_KEPT_FOR), and a margin
+# for its once-a-second sweep.
+SUPERVISOR_KEPT_FOR = 5 + 2
 
 
 def rss_mb(pid):
@@ -216,6 +249,9 @@ def scarab(n, exe, scratch):
         conn.close()
         while finished() < 1:
             time.sleep(0.01)
+        # Right after the run a supervisor is kept for the next; idle is once it ended.
+        warm = scarab_rss_mb(server.pid)
+        time.sleep(SUPERVISOR_KEPT_FOR)
         idle = scarab_rss_mb(server.pid)
 
         def client(_, count):
@@ -239,6 +275,7 @@ def scarab(n, exe, scratch):
             "elapsed": elapsed,
             "submit": max(submitted) - start,
             "rss": idle,
+            "rss_warm": warm,
             "rss_after": scarab_rss_mb(server.pid),
         }
     finally:
@@ -255,7 +292,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scarab", required=True)
     args = parser.parse_args()
-    scratch = tempfile.mkdtemp(prefix="peer-", dir=os.path.abspath("target"))
+    root, fs = scratch_root()
+    scratch = tempfile.mkdtemp(prefix="peer-", dir=root)
     systems = {
         "scarab": lambda: scarab(args.runs, os.path.abspath(args.scarab), scratch),
         "celery_fsync_always": lambda: celery(args.runs, True, scratch),
@@ -274,7 +312,7 @@ def main():
     results = {key: sorted(runs, key=lambda r: r["rate"])[len(runs) // 2] for key, runs in rounds.items()}
     cpus = os.cpu_count()
     print(f"machine: {cpus} cores; {args.runs} one-step /bin/true jobs, {CLIENTS} clients, "
-          f"median of {args.rounds} rounds")
+          f"median of {args.rounds} rounds; state of all three in {root} ({fs})")
     print("| system | jobs/s (median) | every round | all done in | submissions done in | idle RSS |")
     print("|---|---|---|---|---|---|")
     names = {
@@ -285,6 +323,9 @@ def main():
     for key, r in results.items():
         every = ", ".join(f"{x['rate']:.0f}" for x in rounds[key])
         print(f"| {names[key]} | {r['rate']:.0f} | {every} | {r['elapsed']:.2f} s | {r['submit']:.2f} s | {r['rss']:.1f} MB |")
+    r = results["scarab"]
+    print(f"Scarab RSS right after one run (a supervisor kept for the next): {r['rss_warm']:.1f} MB; "
+          f"after the {args.runs} runs: {r['rss_after']:.1f} MB")
     ratio = results["scarab"]["rate"] / results["celery_fsync_always"]["rate"]
     print(f"Scarab / durable Celery: {ratio:.2f}x (target >= 2)")
     print(json.dumps(rounds))
