@@ -633,14 +633,23 @@ fn pidfd_for(identity: ProcessIdentity, dir: &Path) -> Option<OwnedFd> {
     alive.then_some(pidfd)
 }
 
-/// Waits until the supervisor exits: a pidfd becomes readable when that very process
-/// ends; where one cannot be polled, liveness is checked twice a second.
+/// Waits until the supervisor is done with the attempt in `dir`: it exits (a pidfd
+/// becomes readable when that very process ends), or it releases the attempt's lock and
+/// goes on to another attempt (a supervisor from the zygote); the lock is checked twice a
+/// second.
 async fn wait_for_exit(identity: ProcessIdentity, dir: &Path) {
-    if let Some(pidfd) = pidfd_for(identity, dir) {
-        return wait_for_pidfd(pidfd).await;
-    }
-    while identity.is_alive() && files::supervisor_holds_lock(dir).unwrap_or(false) {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    let supervising = || identity.is_alive() && files::supervisor_holds_lock(dir).unwrap_or(false);
+    let polled = async {
+        while supervising() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    };
+    match pidfd_for(identity, dir) {
+        Some(pidfd) => tokio::select! {
+            () = wait_for_pidfd(pidfd) => {}
+            () = polled => {}
+        },
+        None => polled.await,
     }
 }
 
