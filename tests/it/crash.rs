@@ -246,11 +246,20 @@ fn a_supervisor_is_kept_for_the_next_attempt_unless_something_of_its_step_may_re
     // A process that left the step's group keeps the output pipe open: the verdict comes
     // after the drain bound, and that supervisor serves no other attempt.
     let escaped = dir.path().join("escaped");
+    // The step ends only once the other process has its own session (and so is out of
+    // reach of the step's group being killed).
     let third = quick(
         "third",
-        &format!("; setsid sleep 60 & echo $! > {}", escaped.display()),
+        &format!(
+            "; setsid sh -c \"echo \\$\\$ > {0}; exec sleep 60\" & while [ ! -s {0} ]; do sleep 0.01; done",
+            escaped.display()
+        ),
     );
     let escaped = wait_pid_file(&escaped, WITHIN);
+    assert!(
+        process_alive(escaped),
+        "the process that left the step's group runs"
+    );
     assert_eq!(
         third, first,
         "the third attempt still had the kept supervisor"

@@ -436,11 +436,24 @@ impl Executor for LocalExecutor {
         let dir = self.attempt_dir(order.fence);
         let io_error = Self::io_error(&dir);
         let step = usize::from(order.step);
-        std::fs::create_dir_all(&dir).map_err(Self::io_error(&dir))?;
+        // A directory this launch created is empty: nothing to probe.
+        let created = match std::fs::create_dir(&dir) {
+            Ok(()) => true,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+            Err(_) => {
+                std::fs::create_dir_all(&dir).map_err(Self::io_error(&dir))?;
+                false
+            }
+        };
+        let probe = if created {
+            Probe::Fresh
+        } else {
+            self.probe(&dir).await.map_err(Self::io_error(&dir))?
+        };
         // A launch is delivered only while the store holds it unconfirmed, and a step starts
         // only after confirmation: so a supervisor that is gone without having spawned the
         // step (no child.json) never ran it, and the fence is started afresh.
-        match self.probe(&dir).await.map_err(Self::io_error(&dir))? {
+        match probe {
             Probe::Fresh => {}
             Probe::Aborted => {
                 remove_if_present(&dir, files::ABORTED).map_err(Self::io_error(&dir))?
