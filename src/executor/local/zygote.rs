@@ -21,7 +21,7 @@
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -107,17 +107,7 @@ impl Zygote {
         let sent = self
             .socket
             .async_io(tokio::io::Interest::WRITABLE, |socket| {
-                let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-                let mut control = SendAncillaryBuffer::new(&mut space);
-                let fds = [go.as_fd()];
-                control.push(SendAncillaryMessage::ScmRights(&fds));
-                let iov = [IoSlice::new(&request)];
-                Ok(rustix::net::sendmsg(
-                    socket,
-                    &iov,
-                    &mut control,
-                    SendFlags::NOSIGNAL,
-                )?)
+                Ok(send_message(socket, &request, Some(go.as_fd()))?)
             });
         tokio::time::timeout(ANSWER_TIMEOUT, sent)
             .await
@@ -363,35 +353,36 @@ fn hand_over(
     Ok(supervisor)
 }
 
-/// Sends `request` with the handshake `go` to a supervisor.
-fn send(channel: &OwnedFd, request: &[u8], go: &OwnedFd) -> io::Result<()> {
+/// One message, with at most one descriptor (`SCM_RIGHTS`): the counterpart of
+/// `receive`, for the service's requests, the zygote's answers and the attempts it hands
+/// to supervisors.
+fn send_message(
+    socket: impl AsFd,
+    bytes: &[u8],
+    fd: Option<BorrowedFd<'_>>,
+) -> rustix::io::Result<usize> {
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
     let mut control = SendAncillaryBuffer::new(&mut space);
-    let fds = [go.as_fd()];
-    control.push(SendAncillaryMessage::ScmRights(&fds));
+    if fd.is_some() {
+        control.push(SendAncillaryMessage::ScmRights(fd.as_slice()));
+    }
     rustix::net::sendmsg(
-        channel,
-        &[IoSlice::new(request)],
+        socket,
+        &[IoSlice::new(bytes)],
         &mut control,
         SendFlags::NOSIGNAL,
-    )?;
+    )
+}
+
+/// Sends `request` with the handshake `go` to a supervisor.
+fn send(channel: &OwnedFd, request: &[u8], go: &OwnedFd) -> io::Result<()> {
+    send_message(channel, request, Some(go.as_fd()))?;
     Ok(())
 }
 
 fn answer(socket: &OwnedFd, text: &[u8], pidfd: Option<OwnedFd>) -> io::Result<()> {
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-    let mut control = SendAncillaryBuffer::new(&mut space);
-    let fds: Vec<_> = pidfd.iter().map(AsFd::as_fd).collect();
-    if !fds.is_empty() {
-        control.push(SendAncillaryMessage::ScmRights(&fds));
-    }
     let text = &text[..text.len().min(MAX_ANSWER)];
-    rustix::net::sendmsg(
-        socket,
-        &[IoSlice::new(text)],
-        &mut control,
-        SendFlags::NOSIGNAL,
-    )?;
+    send_message(socket, text, pidfd.as_ref().map(AsFd::as_fd))?;
     Ok(())
 }
 
