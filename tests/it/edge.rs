@@ -191,11 +191,9 @@ enum Cut {
     Torn,
 }
 
-const ATTEMPT_FILES: [&str; 7] = [
+const ATTEMPT_FILES: [&str; 5] = [
     "spec.json",
     "supervisor.json",
-    "child.json",
-    "lock",
     "verdict.json",
     "stdout.log",
     "stderr.log",
@@ -220,9 +218,13 @@ fn cut(dir: &Path, name: &str, how: Cut) {
     }
 }
 
-fn pid_in(dir: &Path, name: &str) -> Option<i32> {
-    let text = std::fs::read_to_string(dir.join(name)).ok()?;
-    let value: Value = serde_json::from_str(&text).ok()?;
+/// The pid of the `index`th record of `supervisor.json`: the supervisor's, then the step's.
+fn pid_in(dir: &Path, index: usize) -> Option<i32> {
+    let text = std::fs::read_to_string(dir.join("supervisor.json")).ok()?;
+    let value: Value = serde_json::Deserializer::from_str(&text)
+        .into_iter::<Value>()
+        .nth(index)?
+        .ok()?;
     value["pid"].as_i64().and_then(|p| i32::try_from(p).ok())
 }
 
@@ -274,10 +276,10 @@ fn a_power_cut_leaving_any_attempt_file_missing_empty_or_torn_never_runs_a_step_
         if *mid_run {
             // The supervisor first, so that it does not live to see its step die; then the
             // step's whole process group.
-            if let Some(pid) = pid_in(attempt, "supervisor.json") {
+            if let Some(pid) = pid_in(attempt, 0) {
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
-            if let Some(pid) = pid_in(attempt, "child.json") {
+            if let Some(pid) = pid_in(attempt, 1) {
                 unsafe {
                     libc::kill(-pid, libc::SIGKILL);
                     libc::kill(pid, libc::SIGKILL);

@@ -237,51 +237,64 @@ async fn a_stop_during_the_handshake_means_the_step_never_starts() {
 
 /// A supervisor from the zygote releases an attempt's lock once its verdict is written
 /// and goes on to the next attempt without exiting. An adopted attempt is over at that
-/// release, not when the process ends. This test process plays that supervisor.
+/// release, not when the process ends. This test process plays that supervisor: one of
+/// this build (it locks the attempt directory) and one of an older build (it held a
+/// `lock` file and wrote pretty JSON), as a service finds them after an upgrade.
 #[tokio::test]
 async fn an_adopted_attempt_ends_when_its_supervisor_releases_it_though_the_process_lives_on() {
     let dir = common::tempdir().expect("tempdir");
     let attempts = dir.path().join("state").join("attempts");
     let out = dir.path().join("out");
-    let attempt_dir = files::attempt_dir(&attempts, Fence(21));
-    std::fs::create_dir_all(&attempt_dir).expect("dir");
-    files::write_spec(
-        &attempt_dir,
-        &Spec {
-            launch: order(21, &out),
-            kill_grace_ms: 1000,
-        },
-    )
-    .expect("spec");
-    let lock = files::open_lock(&attempt_dir).expect("lock");
-    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).expect("flock");
-    let me = files::ProcessIdentity::of(std::process::id() as i32).expect("own identity");
-    files::write_json(&attempt_dir, files::SUPERVISOR, &me, false).expect("record");
-
     let (executor, mut reports) = executor(&attempts);
-    let adoption = Adoption {
-        run: RunId(42),
-        step: 0,
-        fence: Fence(21),
-        executor: ExecutorKind::Local,
-    };
-    executor.adopt(&adoption).await.expect("adopt");
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    assert!(reports.try_recv().is_err(), "still supervised: no verdict");
+    for (fence, older_build) in [(21, false), (22, true)] {
+        let attempt_dir = files::attempt_dir(&attempts, Fence(fence));
+        std::fs::create_dir_all(&attempt_dir).expect("dir");
+        files::write_spec(
+            &attempt_dir,
+            &Spec {
+                launch: order(fence, &out),
+                kill_grace_ms: 1000,
+            },
+        )
+        .expect("spec");
+        let me = files::ProcessIdentity::of(std::process::id() as i32).expect("own identity");
+        let lock = if older_build {
+            let lock = std::fs::File::create(attempt_dir.join(files::LEGACY_LOCK)).expect("lock");
+            files::write_json(&attempt_dir, files::SUPERVISOR, &me, false).expect("record");
+            lock
+        } else {
+            files::write_supervisor(&attempt_dir, &me).expect("record");
+            files::open_lock(&attempt_dir).expect("lock")
+        };
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).expect("flock");
 
-    let verdict = scarab::engine::Verdict {
-        outcome: Outcome::Succeeded,
-        started: true,
-        reason: "exited 0".into(),
-        exit_code: Some(0),
-        started_at: None,
-        finished_at: scarab::clock::now(),
-    };
-    files::write_verdict(&attempt_dir, &verdict).expect("verdict");
-    drop(lock);
-    let report = next_report(&mut reports).await;
-    assert_eq!(report.fence, Fence(21));
-    assert_eq!(report.verdict.outcome, Outcome::Succeeded);
+        let adoption = Adoption {
+            run: RunId(42),
+            step: 0,
+            fence: Fence(fence),
+            executor: ExecutorKind::Local,
+        };
+        executor.adopt(&adoption).await.expect("adopt");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(
+            reports.try_recv().is_err(),
+            "still supervised: no verdict (older build: {older_build})"
+        );
+
+        let verdict = scarab::engine::Verdict {
+            outcome: Outcome::Succeeded,
+            started: true,
+            reason: "exited 0".into(),
+            exit_code: Some(0),
+            started_at: None,
+            finished_at: scarab::clock::now(),
+        };
+        files::write_verdict(&attempt_dir, &verdict).expect("verdict");
+        drop(lock);
+        let report = next_report(&mut reports).await;
+        assert_eq!(report.fence, Fence(fence));
+        assert_eq!(report.verdict.outcome, Outcome::Succeeded);
+    }
     assert!(
         files::ProcessIdentity::of(std::process::id() as i32).is_some(),
         "the supervisor lives on"

@@ -1,9 +1,14 @@
 //! The fence-named attempt directory shared by the service and its supervisors.
 //!
-//! `<state>/attempts/<fence>/` holds `spec.json` (what to run), `lock` (held by the live
-//! supervisor: a PID-reuse-safe liveness check), `supervisor.json` (written before the step
-//! is spawned: its presence means the step may have run), `child.json`, `kill.json`
-//! (Scarab's stop request), `stdout.log`, `stderr.log` and, last, `verdict.json`.
+//! `<state>/attempts/<fence>/` holds `spec.json` (what to run), `supervisor.json` (written
+//! before the step is spawned: its presence means the step may have run; the step's own
+//! identity is appended to it once spawned), `kill.json` (Scarab's stop request),
+//! `stdout.log`, `stderr.log` and, last, `verdict.json`. The live supervisor holds a lock
+//! on the directory itself: a PID-reuse-safe liveness check.
+//!
+//! Few files, because each is an inode to allocate per attempt. Supervisors started by
+//! an older build (before an upgrade) held a `lock` file and wrote the step's identity to
+//! `child.json`; both are still honoured when present.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -17,9 +22,12 @@ use crate::engine::{Fence, KillReason, Verdict};
 use crate::store::records::{LaunchAction, LaunchRecord, v3};
 
 pub const SPEC: &str = "spec.json";
-pub const LOCK: &str = "lock";
+/// The lock file of supervisors from older builds (they now lock the directory).
+pub const LEGACY_LOCK: &str = "lock";
 pub const SUPERVISOR: &str = "supervisor.json";
-pub const CHILD: &str = "child.json";
+/// Where supervisors from older builds recorded the step (it is now appended to
+/// `supervisor.json`).
+pub const LEGACY_CHILD: &str = "child.json";
 pub const KILL: &str = "kill.json";
 /// Left by a supervisor that gave up at the launch handshake: the step never started.
 pub const ABORTED: &str = "aborted";
@@ -210,32 +218,115 @@ pub fn read_json<T: DeserializeOwned>(dir: &Path, name: &str) -> io::Result<Opti
     }
 }
 
-/// Opens the attempt's lock file (creating it).
+/// Opens the attempt directory to lock it: the supervisor holds an exclusive lock on it
+/// for as long as it supervises the attempt.
 pub fn open_lock(dir: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(dir.join(LOCK))
+    File::open(dir)
 }
 
 /// Is a supervisor holding this attempt's lock? The kernel drops the lock when the
 /// process dies, so unlike a pid this cannot be fooled by reuse. Probes with a shared
 /// lock so that a supervisor's blocking exclusive lock merely waits, never fails.
 pub fn supervisor_holds_lock(dir: &Path) -> io::Result<bool> {
-    let file = match OpenOptions::new().read(true).open(dir.join(LOCK)) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+    // The directory, then the `lock` file a supervisor of an older build holds instead.
+    for path in [dir.to_path_buf(), dir.join(LEGACY_LOCK)] {
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        match rustix::fs::flock(
+            file.as_fd(),
+            rustix::fs::FlockOperation::NonBlockingLockShared,
+        ) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => return Ok(true),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(false)
+}
+
+/// What `supervisor.json` says: the supervisor, and the step once it was spawned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Supervision {
+    pub supervisor: ProcessIdentity,
+    pub child: Option<ProcessIdentity>,
+}
+
+/// Records the supervisor, atomically: the file is whole or absent.
+pub fn write_supervisor(dir: &Path, me: &ProcessIdentity) -> io::Result<()> {
+    write_atomic(dir, SUPERVISOR, &record_line(me)?, false)
+}
+
+/// Appends the spawned step's identity to `supervisor.json` in one write. A record cut
+/// short (a power cut) is read as not written.
+pub fn append_child(dir: &Path, child: &ProcessIdentity) -> io::Result<()> {
+    OpenOptions::new()
+        .append(true)
+        .open(dir.join(SUPERVISOR))?
+        .write_all(&record_line(child)?)
+}
+
+fn record_line(identity: &ProcessIdentity) -> io::Result<Vec<u8>> {
+    let mut line = serde_json::to_vec(identity).map_err(io::Error::other)?;
+    line.push(b'\n');
+    Ok(line)
+}
+
+/// `Ok(None)` when there is no `supervisor.json`; one whose first record is unreadable
+/// is `InvalidData`. The step's identity comes from the second record, or from the
+/// `child.json` of a supervisor of an older build.
+pub fn read_supervision(dir: &Path) -> io::Result<Option<Supervision>> {
+    let bytes = match fs::read(dir.join(SUPERVISOR)) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    match rustix::fs::flock(
-        file.as_fd(),
-        rustix::fs::FlockOperation::NonBlockingLockShared,
-    ) {
-        Ok(()) => Ok(false),
-        Err(rustix::io::Errno::WOULDBLOCK) => Ok(true),
-        Err(e) => Err(e.into()),
+    let mut records = serde_json::Deserializer::from_slice(&bytes).into_iter::<ProcessIdentity>();
+    let supervisor = match records.next() {
+        Some(Ok(supervisor)) => supervisor,
+        Some(Err(e)) => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{SUPERVISOR}: {e}"),
+            ));
+        }
+        None => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{SUPERVISOR}: empty"),
+            ));
+        }
+    };
+    let child = match records.next() {
+        Some(Ok(child)) => Some(child),
+        Some(Err(_)) => None,
+        None => read_json::<ProcessIdentity>(dir, LEGACY_CHILD)
+            .ok()
+            .flatten(),
+    };
+    Ok(Some(Supervision { supervisor, child }))
+}
+
+/// May the step have been spawned, as far as the attempt directory tells? Anything after
+/// the supervisor's record, even a record cut short, and an unreadable record say yes; an
+/// empty file says no.
+pub fn child_recorded(dir: &Path) -> bool {
+    if dir.join(LEGACY_CHILD).exists() {
+        return true;
+    }
+    let bytes = match fs::read(dir.join(SUPERVISOR)) {
+        Ok(bytes) => bytes,
+        Err(e) => return e.kind() != io::ErrorKind::NotFound,
+    };
+    let mut records = serde_json::Deserializer::from_slice(&bytes).into_iter::<ProcessIdentity>();
+    match records.next() {
+        Some(Ok(_)) => bytes[records.byte_offset()..]
+            .iter()
+            .any(|b| !b.is_ascii_whitespace()),
+        Some(Err(_)) => true,
+        None => false,
     }
 }
 
@@ -244,5 +335,116 @@ pub fn remove_attempt_dir(dir: &Path) -> io::Result<()> {
     match fs::remove_dir_all(dir) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity(pid: i32) -> ProcessIdentity {
+        ProcessIdentity {
+            pid,
+            start_ticks: 1000 + pid as u64,
+        }
+    }
+
+    fn attempt() -> (tempfile::TempDir, PathBuf) {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("7");
+        fs::create_dir(&dir).expect("attempt dir");
+        (root, dir)
+    }
+
+    #[test]
+    fn the_steps_identity_is_appended_to_the_supervisors_record_and_a_torn_one_is_not_read() {
+        let (_root, dir) = attempt();
+        assert_eq!(read_supervision(&dir).expect("read"), None);
+        assert!(!child_recorded(&dir));
+
+        write_supervisor(&dir, &identity(10)).expect("supervisor");
+        let alone = read_supervision(&dir).expect("read").expect("recorded");
+        assert_eq!((alone.supervisor, alone.child), (identity(10), None));
+        assert!(!child_recorded(&dir), "no step yet");
+
+        append_child(&dir, &identity(11)).expect("child");
+        let both = read_supervision(&dir).expect("read").expect("recorded");
+        assert_eq!(
+            (both.supervisor, both.child),
+            (identity(10), Some(identity(11)))
+        );
+        assert!(child_recorded(&dir));
+
+        // A power cut in the middle of the append: the step may have been spawned, but
+        // its identity is not made up from half a record.
+        let bytes = fs::read(dir.join(SUPERVISOR)).expect("bytes");
+        let first = bytes.iter().position(|&b| b == b'\n').expect("a line") + 1;
+        fs::write(dir.join(SUPERVISOR), &bytes[..first + 8]).expect("torn");
+        let torn = read_supervision(&dir).expect("read").expect("recorded");
+        assert_eq!((torn.supervisor, torn.child), (identity(10), None));
+        assert!(child_recorded(&dir), "something was appended");
+
+        // Cut short in the supervisor's own record: unreadable, and it may have spawned.
+        fs::write(dir.join(SUPERVISOR), &bytes[..first / 2]).expect("torn");
+        let error = read_supervision(&dir).expect_err("torn record");
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+        assert!(child_recorded(&dir));
+        // An empty file (a power cut before its data reached the disk) recorded nothing.
+        fs::write(dir.join(SUPERVISOR), b"").expect("empty");
+        assert!(!child_recorded(&dir));
+    }
+
+    #[test]
+    fn the_files_of_a_supervisor_from_an_older_build_are_still_read() {
+        let (_root, dir) = attempt();
+        // Older builds wrote pretty JSON to `supervisor.json` and the step to `child.json`.
+        write_json(&dir, SUPERVISOR, &identity(20), false).expect("old supervisor");
+        let alone = read_supervision(&dir).expect("read").expect("recorded");
+        assert_eq!((alone.supervisor, alone.child), (identity(20), None));
+        assert!(!child_recorded(&dir));
+        write_json(&dir, LEGACY_CHILD, &identity(21), false).expect("old child");
+        let both = read_supervision(&dir).expect("read").expect("recorded");
+        assert_eq!(
+            (both.supervisor, both.child),
+            (identity(20), Some(identity(21)))
+        );
+        assert!(child_recorded(&dir));
+    }
+
+    #[test]
+    fn a_supervisor_holds_the_directorys_lock_or_an_older_builds_lock_file() {
+        let (_root, dir) = attempt();
+        assert!(!supervisor_holds_lock(&dir).expect("probe"));
+        let exclusive = |file: &File| {
+            rustix::fs::flock(file.as_fd(), rustix::fs::FlockOperation::LockExclusive)
+                .expect("flock")
+        };
+
+        let held = open_lock(&dir).expect("open");
+        exclusive(&held);
+        assert!(supervisor_holds_lock(&dir).expect("probe"));
+        drop(held);
+        assert!(!supervisor_holds_lock(&dir).expect("probe"), "released");
+
+        let legacy = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.join(LEGACY_LOCK))
+            .expect("old lock file");
+        assert!(!supervisor_holds_lock(&dir).expect("probe"), "not held");
+        exclusive(&legacy);
+        assert!(supervisor_holds_lock(&dir).expect("probe"));
+        drop(legacy);
+        assert!(!supervisor_holds_lock(&dir).expect("probe"), "released");
+
+        // The probe only peeks: a supervisor can still take the lock after it.
+        let taken = open_lock(&dir).expect("open");
+        rustix::fs::flock(
+            taken.as_fd(),
+            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+        )
+        .expect("the probe left the lock free");
     }
 }

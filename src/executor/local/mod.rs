@@ -128,7 +128,7 @@ impl LocalExecutor {
             if !alive && dir.join(files::ABORTED).exists() {
                 return Ok(Probe::Aborted);
             }
-            let identity = match files::read_json::<ProcessIdentity>(dir, files::SUPERVISOR) {
+            let identity = match files::read_supervision(dir).map(|s| s.map(|s| s.supervisor)) {
                 Err(e) if e.kind() == io::ErrorKind::InvalidData && !alive => {
                     return Ok(Probe::Vanished);
                 }
@@ -397,7 +397,9 @@ impl LocalExecutor {
     /// run, orphaned) and report `lost`.
     async fn report_vanished(&self, run: RunId, step: usize, fence: Fence) {
         let dir = self.attempt_dir(fence);
-        if let Ok(Some(child)) = files::read_json::<ProcessIdentity>(&dir, files::CHILD)
+        if let Ok(Some(files::Supervision {
+            child: Some(child), ..
+        })) = files::read_supervision(&dir)
             && child.is_alive()
             && let Some(group) = Pid::from_raw(child.pid).filter(|p| !p.is_init())
         {
@@ -452,13 +454,13 @@ impl Executor for LocalExecutor {
         };
         // A launch is delivered only while the store holds it unconfirmed, and a step starts
         // only after confirmation: so a supervisor that is gone without having spawned the
-        // step (no child.json) never ran it, and the fence is started afresh.
+        // step (no record of the step) never ran it, and the fence is started afresh.
         match probe {
             Probe::Fresh => {}
             Probe::Aborted => {
                 remove_if_present(&dir, files::ABORTED).map_err(Self::io_error(&dir))?
             }
-            Probe::Vanished if !dir.join(files::CHILD).exists() => {
+            Probe::Vanished if !files::child_recorded(&dir) => {
                 remove_if_present(&dir, files::SUPERVISOR).map_err(Self::io_error(&dir))?
             }
             other => {

@@ -173,7 +173,7 @@ fn run_attempt(
     // Not fsynced: what makes a relaunch safe after a power cut is the store, not this
     // file. The step starts only once the service has durably recorded the launch as
     // confirmed (below), and the store never relaunches a confirmed attempt.
-    if let Err(error) = files::write_json(dir, files::SUPERVISOR, &me, false) {
+    if let Err(error) = files::write_supervisor(dir, &me) {
         // Before the go, so the step has not started: a full disk here is a step that
         // never started (retried), not a supervisor gone without a verdict (`lost`). The
         // verdict is written patiently, as every verdict is.
@@ -298,9 +298,9 @@ fn run_attempt(
     capture(streams, copied_tx);
     // What lets a later service stop this step if this supervisor dies. A full disk must
     // not end the supervision of a step that already runs (returning here would orphan
-    // it): without the file, this supervisor still stops the step's group at its end.
+    // it): without the record, this supervisor still stops the step's group at its end.
     if let Some(identity) = ProcessIdentity::of(pid) {
-        let _ = files::write_json(dir, files::CHILD, &identity, false);
+        let _ = files::append_child(dir, &identity);
     }
     let ended = wait_for_end(dir, spec, pid, &events);
     if ended.is_err() {

@@ -390,19 +390,20 @@ pub fn reap_attempts(attempts: &Path) {
         return;
     };
     for entry in entries.flatten() {
-        for (file, group) in [("child.json", true), ("supervisor.json", false)] {
-            let Ok(text) = std::fs::read_to_string(entry.path().join(file)) else {
-                continue;
-            };
-            let Ok(identity) = serde_json::from_str::<Value>(&text) else {
-                continue;
-            };
+        // `supervisor.json` holds the supervisor's identity, then the step's.
+        let Ok(text) = std::fs::read_to_string(entry.path().join("supervisor.json")) else {
+            continue;
+        };
+        let identities = serde_json::Deserializer::from_str(&text).into_iter::<Value>();
+        for (index, identity) in identities.map_while(Result::ok).enumerate() {
             let (Some(pid), Some(ticks)) =
                 (identity["pid"].as_i64(), identity["start_ticks"].as_u64())
             else {
                 continue;
             };
             let pid = pid as i32;
+            // Every record but the supervisor's is a step, stopped with its group.
+            let group = index > 0;
             if start_ticks(pid) == Some(ticks) {
                 unsafe {
                     libc::kill(if group { -pid } else { pid }, libc::SIGKILL);
