@@ -45,15 +45,34 @@ PIPELINE = b"name: peer\nsteps:\n  - name: t\n    run: [/bin/true]\n"
 def scratch_root():
     """Where the state of every system goes: $PEER_SCRATCH, else /var/tmp, which Debian
     keeps on disk as it keeps /var/lib (where Scarab's package puts its state). Never a
-    tmpfs, where an fsync costs nothing. Not target/: on the machine of docs/benchmarks.md
-    it sits in block groups so full that every file or directory created there scans for
-    a free inode (mkdir 250 us there against 25 us in /var/tmp, same disk), which taxes
-    Scarab's attempt directories and nothing of Celery's."""
+    tmpfs, where an fsync costs nothing. Not target/, where builds and tests delete files
+    all the time: see create_cost_us."""
     root = os.environ.get("PEER_SCRATCH", "/var/tmp")
     fs = filesystem_of(root)
     if fs == "tmpfs":
         raise SystemExit(f"{root} is a tmpfs, where fsync is free: set PEER_SCRATCH to a disk")
     return root, fs
+
+
+def create_cost_us(root, n=200):
+    """What creating an inode costs in `root` now: the median of n times one directory
+    and one empty file in it (what each attempt of Scarab makes a few of), per inode, in
+    microseconds. On ext4 without a journal (the root filesystem of the machine of
+    docs/benchmarks.md) every create skips each free inode of its block group that was
+    deleted in the last 1 to 6 minutes, so this moves tenfold with what was deleted
+    lately, Scarab's rounds of a previous run included. Celery creates no file per job.
+    The probes stay until the scratch is removed: removing them now would make the
+    next creates dearer."""
+    probe = tempfile.mkdtemp(prefix="creates-", dir=root)
+    samples = []
+    for i in range(n):
+        start = time.perf_counter()
+        entry = os.path.join(probe, str(i))
+        os.mkdir(entry)
+        with open(os.path.join(entry, "f"), "w"):
+            pass
+        samples.append(time.perf_counter() - start)
+    return sorted(samples)[n // 2] / 2 * 1e6
 
 
 def filesystem_of(path):
@@ -213,7 +232,10 @@ def celery(n, fsync_always, scratch):
         redis.wait()
 
 
-def scarab(n, exe, scratch):
+def scarab(n, exe, scratch, creates=None):
+    """Scarab's leg; `creates` is create_cost_us(scratch) if the caller took it already."""
+    if creates is None:
+        creates = create_cost_us(scratch)
     port = free_port()
     state = tempfile.mkdtemp(dir=scratch)
     os.chmod(state, 0o700)
@@ -277,6 +299,7 @@ def scarab(n, exe, scratch):
             "rss": idle,
             "rss_warm": warm,
             "rss_after": scarab_rss_mb(server.pid),
+            "creates_us": creates,
         }
     finally:
         server.send_signal(signal.SIGTERM)
@@ -324,6 +347,10 @@ def main():
         every = ", ".join(f"{x['rate']:.0f}" for x in rounds[key])
         print(f"| {names[key]} | {r['rate']:.0f} | {every} | {r['elapsed']:.2f} s | {r['submit']:.2f} s | {r['rss']:.1f} MB |")
     r = results["scarab"]
+    every = ", ".join(f"{x['creates_us']:.0f}" for x in rounds["scarab"])
+    print(f"An inode created in the scratch before each Scarab round: {every} us (median of 200); "
+          "Scarab creates 4 per attempt. Above ~50 us, recently deleted files of this filesystem "
+          "are slowing Scarab down (see create_cost_us)")
     print(f"Scarab RSS right after one run (a supervisor kept for the next): {r['rss_warm']:.1f} MB; "
           f"after the {args.runs} runs: {r['rss_after']:.1f} MB")
     ratio = results["scarab"]["rate"] / results["celery_fsync_always"]["rate"]
