@@ -283,8 +283,8 @@ pub fn read_supervision(dir: &Path) -> io::Result<Option<Supervision>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let mut records = serde_json::Deserializer::from_slice(&bytes).into_iter::<ProcessIdentity>();
-    let supervisor = match records.next() {
+    let (first, rest) = first_record(&bytes);
+    let supervisor = match first {
         Some(Ok(supervisor)) => supervisor,
         Some(Err(e)) => {
             return Err(io::Error::new(
@@ -299,7 +299,10 @@ pub fn read_supervision(dir: &Path) -> io::Result<Option<Supervision>> {
             ));
         }
     };
-    let child = match records.next() {
+    let child = match serde_json::Deserializer::from_slice(rest)
+        .into_iter::<ProcessIdentity>()
+        .next()
+    {
         Some(Ok(child)) => Some(child),
         Some(Err(_)) => None,
         None => read_json::<ProcessIdentity>(dir, LEGACY_CHILD)
@@ -320,14 +323,19 @@ pub fn child_recorded(dir: &Path) -> bool {
         Ok(bytes) => bytes,
         Err(e) => return e.kind() != io::ErrorKind::NotFound,
     };
-    let mut records = serde_json::Deserializer::from_slice(&bytes).into_iter::<ProcessIdentity>();
-    match records.next() {
-        Some(Ok(_)) => bytes[records.byte_offset()..]
-            .iter()
-            .any(|b| !b.is_ascii_whitespace()),
-        Some(Err(_)) => true,
-        None => false,
+    match first_record(&bytes) {
+        (Some(Ok(_)), rest) => rest.iter().any(|b| !b.is_ascii_whitespace()),
+        (Some(Err(_)), _) => true,
+        (None, _) => false,
     }
+}
+
+/// `supervisor.json`'s first record (the supervisor's; `None` if the file is empty) and
+/// the bytes after it.
+fn first_record(bytes: &[u8]) -> (Option<serde_json::Result<ProcessIdentity>>, &[u8]) {
+    let mut records = serde_json::Deserializer::from_slice(bytes).into_iter::<ProcessIdentity>();
+    let first = records.next();
+    (first, &bytes[records.byte_offset()..])
 }
 
 /// Removes an attempt directory with everything in it; a missing one is fine.
