@@ -503,8 +503,15 @@ impl WriteTx {
         let step = step_key(step)?;
         let mut inflight = self.inner.open_table(INFLIGHT)?;
         if attempt.is_in_flight() {
-            inflight.insert(attempt.fence.0, (run.0, step, attempt.number))?;
-        } else {
+            // An attempt stays in flight across several writes (launching, then running):
+            // an entry already there is left alone, since every insert dirties the table's
+            // pages even when the value is the same.
+            let entry = (run.0, step, attempt.number);
+            let present = inflight.get(attempt.fence.0)?.map(|v| v.value()) == Some(entry);
+            if !present {
+                inflight.insert(attempt.fence.0, entry)?;
+            }
+        } else if inflight.get(attempt.fence.0)?.is_some() {
             inflight.remove(attempt.fence.0)?;
         }
         let key = (run.0, step, attempt.number);
