@@ -80,6 +80,20 @@ fn a_run_round_trips_and_the_indexes_follow_its_state() {
     );
     drop(read);
 
+    // Written again while still in flight (launching, then running): one entry, as before.
+    let mut tx = store.write().expect("write");
+    tx.put_attempt(RunId(5), 0, &attempt(1, 7, false))
+        .expect("attempt");
+    tx.commit().expect("commit");
+    assert_eq!(
+        store
+            .read()
+            .expect("read")
+            .inflight_attempts()
+            .expect("inflight"),
+        vec![(Fence(7), RunId(5), 0, 1)]
+    );
+
     let mut tx = store.write().expect("write");
     tx.put_run(
         &header(5, RunState::Succeeded, 20),
