@@ -511,7 +511,8 @@ impl WriteTx {
             if !present {
                 inflight.insert(attempt.fence.0, entry)?;
             }
-        } else if inflight.get(attempt.fence.0)?.is_some() {
+        } else {
+            // Removing a key that is not there leaves the tree's pages untouched.
             inflight.remove(attempt.fence.0)?;
         }
         let key = (run.0, step, attempt.number);
