@@ -301,7 +301,9 @@ async fn seed_in(dir: &std::path::Path, seed: u64, crashes: u32) -> Result<u32, 
         let plan = Arc::new(if last {
             CrashPlan::new(0, false)
         } else {
-            CrashPlan::new(1 + roll(12), roll(2) == 0)
+            // One of the round's first ten commits: a round of one to three runs makes
+            // about that many now that commits gather what is ready (group commit).
+            CrashPlan::new(1 + roll(10), roll(2) == 0)
         });
         let store = open_when_free(dir, plan.clone())
             .await
