@@ -404,6 +404,12 @@ impl WriteTx {
         read_run_header(&self.inner, run)
     }
 
+    /// The earliest due time of any timer or schedule, this transaction's own writes
+    /// included: what the store holds once it commits.
+    pub fn next_timer_due(&self) -> Result<Option<Timestamp>, StoreError> {
+        read_next_timer_due(&self.inner)
+    }
+
     /// A whole run as this transaction sees it: the writer reads what it writes, never
     /// through a read transaction of its own.
     pub fn run(&self, run: RunId) -> Result<Option<StoredRun>, StoreError> {
@@ -944,14 +950,7 @@ impl ReadTx {
 
     /// The earliest due time of any timer or schedule.
     pub fn next_timer_due(&self) -> Result<Option<Timestamp>, StoreError> {
-        let timers = self.inner.open_table(TIMERS)?;
-        let timer = timers.first()?.map(|(k, _)| Timestamp(k.value().0));
-        let schedules = self.inner.open_table(SCHEDULE_DUE)?;
-        let schedule = schedules.first()?.map(|(k, _)| Timestamp(k.value().0));
-        Ok(match (timer, schedule) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        })
+        read_next_timer_due(&self.inner)
     }
 
     pub fn schedule(&self, name: &str) -> Result<Option<StoredSchedule>, StoreError> {
@@ -1049,6 +1048,21 @@ fn read_schedule(tables: &impl Tables, name: &str) -> Result<Option<StoredSchedu
     value
         .map(|v| codec::decode(v.value()).map_err(StoreError::from))
         .transpose()
+}
+
+fn read_next_timer_due(tables: &impl Tables) -> Result<Option<Timestamp>, StoreError> {
+    let timer = tables
+        .table(TIMERS)?
+        .first()?
+        .map(|(k, _)| Timestamp(k.value().0));
+    let schedule = tables
+        .table(SCHEDULE_DUE)?
+        .first()?
+        .map(|(k, _)| Timestamp(k.value().0));
+    Ok(match (timer, schedule) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    })
 }
 
 fn read_run_header(tables: &impl Tables, run: RunId) -> Result<Option<RunHeader>, StoreError> {

@@ -209,13 +209,16 @@ impl<E: Executor> Driver<E> {
             tx.set_fence_next(self.fences.next_value())?;
             tx.set_clock(now)?;
             let appended = tx.take_appended();
-            tx.commit().map(|()| appended)
+            // Read before the commit, in it: no read transaction of its own afterwards.
+            let next_timer = tx.next_timer_due()?;
+            tx.commit().map(|()| (appended, next_timer))
         });
         match result {
-            Ok(appended) => {
+            Ok((appended, next_timer)) => {
                 self.metrics
                     .commit_seconds
                     .observe(started.elapsed().as_secs_f64());
+                self.next_timer = next_timer;
                 self.events.publish(appended);
                 self.after_commit(batch)
             }
@@ -253,10 +256,6 @@ impl<E: Executor> Driver<E> {
             self.outbox.wake();
         }
         self.runs.retain(|_, run| !run.header.state.is_terminal());
-        match self.store.read().and_then(|r| r.next_timer_due()) {
-            Ok(next) => self.next_timer = next,
-            Err(error) => tracing::error!(%error, "cannot read the next timer"),
-        }
     }
 
     /// Shows how far the wall clock is from Scarab's time, and says so when it stepped.
