@@ -162,19 +162,15 @@ impl<E: Executor> Driver<E> {
                 _ = sleep_or_forever(timer_wait) => {}
                 else => break,
             }
-            // Tasks that are already runnable (a launch just delivered, a verdict just
-            // read, a submission just parsed) usually send their input within
-            // microseconds: letting them run first puts it in this batch rather than in
-            // the next, one commit (an fsync) later.
-            tokio::task::yield_now().await;
-            while batch.len() < limits::COMMIT_BATCH_MAX {
-                if let Ok(command) = commands.try_recv() {
-                    batch.push(Pending::Command(command));
-                } else if let Ok(report) = reports.try_recv() {
-                    batch.push(Pending::Report(report));
-                } else {
-                    break;
-                }
+            gather(&mut batch, &mut commands, &mut reports);
+            if batch.len() == 1 {
+                // A lone input: tasks that are already runnable (a launch just delivered,
+                // a verdict just read, a submission just parsed) usually send theirs
+                // within microseconds, and letting them run first puts it in this batch
+                // rather than in the next, one commit (an fsync) later. Under a queue of
+                // inputs this is skipped: the batch is already full of them.
+                tokio::task::yield_now().await;
+                gather(&mut batch, &mut commands, &mut reports);
             }
             self.commit(batch).await;
         }
@@ -325,6 +321,23 @@ impl<E: Executor> Driver<E> {
             tracing::error!(%error, "reload after a failed commit failed");
         }
         self.readopt(None);
+    }
+}
+
+/// Adds every input already waiting to the batch, up to `COMMIT_BATCH_MAX`.
+fn gather(
+    batch: &mut Vec<Pending>,
+    commands: &mut mpsc::Receiver<Command>,
+    reports: &mut mpsc::Receiver<Report>,
+) {
+    while batch.len() < limits::COMMIT_BATCH_MAX {
+        if let Ok(command) = commands.try_recv() {
+            batch.push(Pending::Command(command));
+        } else if let Ok(report) = reports.try_recv() {
+            batch.push(Pending::Report(report));
+        } else {
+            break;
+        }
     }
 }
 
