@@ -1,7 +1,8 @@
 //! The driver loop: the only caller of the engine and the only writer of the store.
 //!
-//! It folds every input that is waiting (up to `COMMIT_BATCH_MAX`) into one write
-//! transaction (group commit): runs' new state, history, outbox messages and timers land
+//! It folds every input that is waiting (up to `COMMIT_BATCH_MAX`; for a lone one, after
+//! letting the runtime's other ready tasks send theirs) into one write transaction
+//! (group commit): runs' new state, history, outbox messages and timers land
 //! together, durably, before any reply is sent or any message is dispatched. Every read
 //! the driver makes while a batch is open goes through that write transaction, so the
 //! batch sees its own writes.
