@@ -154,14 +154,14 @@ fn throughput_rows(options: &Options, report: &mut Report) -> anyhow::Result<()>
             creates.as_secs_f64() * 1e6
         ),
     );
-    let (steps, latency) = runtime.block_on(trivial_steps(
+    let (steps, latency, commits_per_run) = runtime.block_on(trivial_steps(
         &options.dir.join("steps"),
         if options.quick { 200 } else { 1000 },
     ))?;
     report.row(
         "/bin/true steps submit->succeeded, 2 clients",
         format!(
-            "{steps:.0} steps/s = {:.2} of the 2-spawn limit {:.0}/s (target >= 700); {:.1} ms median from submission to success",
+            "{steps:.0} steps/s = {:.2} of the 2-spawn limit {:.0}/s (target >= 700); {:.1} ms median from submission to success; {commits_per_run:.2} commits per run",
             steps / (spawn2 / 2.0),
             spawn2 / 2.0,
             ms(latency)
@@ -782,15 +782,26 @@ async fn wait_idle(service: &service::Service) -> anyhow::Result<()> {
     }
 }
 
+/// The driver's commits so far (`scarab_commit_duration_seconds_count`).
+fn commits(service: &service::Service) -> anyhow::Result<u64> {
+    let text = service.metrics.encode()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("scarab_commit_duration_seconds_count "))
+        .and_then(|count| count.trim().parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no commit count in the metrics"))
+}
+
 /// Real supervisors running `/bin/true`, submitted by two clients that each wait for
 /// their run to succeed before submitting the next.
-/// Steps per second, and the median time from a submission to its run's success.
-async fn trivial_steps(dir: &Path, total: usize) -> anyhow::Result<(f64, Duration)> {
+/// Steps per second, the median time from a submission to its run's success, and the
+/// driver's commits per run (each one fsync).
+async fn trivial_steps(dir: &Path, total: usize) -> anyhow::Result<(f64, Duration, f64)> {
     let _ = std::fs::remove_dir_all(dir);
     let exe = std::env::current_exe()?;
     let running = service::start(StateDir::new(dir), Settings::default(), exe).await?;
     let service = running.service.clone();
     let (source, pipeline) = one_step()?;
+    let commits_before = commits(&service)?;
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..2 {
@@ -836,9 +847,11 @@ async fn trivial_steps(dir: &Path, total: usize) -> anyhow::Result<(f64, Duratio
     for task in tasks {
         latencies.extend(task.await??);
     }
-    let rate = (total / 2 * 2) as f64 / start.elapsed().as_secs_f64();
+    let runs = total / 2 * 2;
+    let rate = runs as f64 / start.elapsed().as_secs_f64();
+    let per_run = (commits(&service)? - commits_before) as f64 / runs as f64;
     running.stop().await;
-    Ok((rate, median(latencies)))
+    Ok((rate, median(latencies), per_run))
 }
 
 /// Starts `scarab serve` on `dir`; returns the time until /readyz answers 200 and the
