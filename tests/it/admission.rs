@@ -615,5 +615,15 @@ fn a_submission_beyond_max_active_runs_is_refused_429_and_changes_nothing() {
     );
     assert_eq!(status, 202);
     server.wait_terminal(&first, WITHIN);
+    // A refused action on the finished run brings it into the driver's cache of runs
+    // in progress for a moment; it must leave again, or it would hold a place in the
+    // limit that no run uses.
+    let (status, body) = server.post_json(
+        &format!("/v1/runs/{first}/retry"),
+        &serde_json::json!({"from": "no-such-step"}),
+    );
+    assert_eq!(status, 404, "{body}");
     server.submit(gate);
+    let (status, body) = server.submit_yaml(gate);
+    assert_eq!(status, 429, "two in progress again: {body}");
 }

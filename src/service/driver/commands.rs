@@ -252,6 +252,7 @@ impl<E: Executor> Driver<E> {
         };
         Ok(Some(rebuild(stored).map(|run| {
             self.runs.insert(id, run);
+            self.loaded.push(id);
         })))
     }
 

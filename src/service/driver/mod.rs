@@ -57,6 +57,9 @@ pub struct Driver<E: Executor> {
     outbox: Outbox,
     /// Every non-terminal run, as last committed (or being changed by the open batch).
     runs: HashMap<RunId, Run>,
+    /// Finished runs `load` brought into `runs` during the open batch: they leave it
+    /// again after the batch unless an input made them active.
+    loaded: Vec<RunId>,
     fences: FenceCounter,
     next_timer: Option<Timestamp>,
     metrics: Arc<crate::metrics::Metrics>,
@@ -252,7 +255,19 @@ impl<E: Executor> Driver<E> {
         if batch.new_messages > 0 {
             self.outbox.wake();
         }
-        self.runs.retain(|_, run| !run.header.state.is_terminal());
+        // Runs that finished leave the cache. Only the batch's own runs can have: a run's
+        // state changes only by an input, which touches it, or it was loaded finished.
+        // Not a pass over every run, which grows with the queue.
+        for id in batch.touched.keys().chain(&self.loaded) {
+            if self
+                .runs
+                .get(id)
+                .is_some_and(|run| run.header.state.is_terminal())
+            {
+                self.runs.remove(id);
+            }
+        }
+        self.loaded.clear();
     }
 
     /// Shows how far the wall clock is from Scarab's time, and says so when it stepped.

@@ -28,6 +28,7 @@ impl<E: Executor> Driver<E> {
             last_run_id: None,
             reserve,
             reported_skew_ms: 0,
+            loaded: Vec::new(),
             metrics,
             started_at: Timestamp(0),
             events,
@@ -80,6 +81,7 @@ impl<E: Executor> Driver<E> {
         }
         self.fences = FenceCounter::starting_at(stored_next);
         self.runs.clear();
+        self.loaded.clear();
         for id in read.active_run_ids()? {
             // One run that cannot be read back must not keep the others from starting: it
             // is logged, counted and named by /readyz (the progress check), and left as
