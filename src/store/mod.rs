@@ -349,6 +349,7 @@ impl Store {
         Ok(WriteTx {
             inner,
             appended: Vec::new(),
+            state_moves: [0; RunState::ALL.len()],
             #[cfg(test)]
             crash: self.crash.clone(),
         })
@@ -375,6 +376,9 @@ pub struct WriteTx {
     /// History records appended in this transaction, for the live event stream once it
     /// committed (`take_appended`).
     appended: Vec<(RunId, u32, HistoryRecord)>,
+    /// Runs that entered (+) and left (-) each state in this transaction, by
+    /// `RunState::code`: written to the per-state counts once, at the commit.
+    state_moves: [i64; RunState::ALL.len()],
     #[cfg(test)]
     crash: Option<std::sync::Arc<CrashPlan>>,
 }
@@ -385,7 +389,8 @@ impl WriteTx {
         std::mem::take(&mut self.appended)
     }
 
-    pub fn commit(self) -> Result<(), StoreError> {
+    pub fn commit(mut self) -> Result<(), StoreError> {
+        self.write_state_counts()?;
         #[cfg(test)]
         match self.crash.as_ref().and_then(|plan| plan.at_commit()) {
             Some(true) => {
@@ -396,6 +401,19 @@ impl WriteTx {
             None => {}
         }
         self.inner.commit()?;
+        Ok(())
+    }
+
+    /// The per-state counts moved by this transaction's `put_run`s.
+    fn write_state_counts(&mut self) -> Result<(), StoreError> {
+        for state in RunState::ALL {
+            let moved = std::mem::take(&mut self.state_moves[usize::from(state.code())]);
+            if moved != 0 {
+                let key = state_count_key(state);
+                let count = self.meta(&key)?.unwrap_or(0);
+                self.set_meta(&key, count.saturating_add_signed(moved))?;
+            }
+        }
         Ok(())
     }
 
@@ -467,17 +485,14 @@ impl WriteTx {
         }
         by_state.insert((header.state.code(), header.updated_at.0, header.id.0), ())?;
         drop(by_state);
-        // Runs per state, kept in the same transaction (for /metrics, without a scan).
+        // Runs per state, kept in the same transaction (for /metrics, without a scan): the
+        // moves are summed here and written once, as the transaction commits.
         let from = previous.map(|(state, _)| state);
         if from != Some(header.state) {
             if let Some(from) = from {
-                let key = state_count_key(from);
-                let count = self.meta(&key)?.unwrap_or(0);
-                self.set_meta(&key, count.saturating_sub(1))?;
+                self.state_moves[usize::from(from.code())] -= 1;
             }
-            let key = state_count_key(header.state);
-            let count = self.meta(&key)?.unwrap_or(0);
-            self.set_meta(&key, count + 1)?;
+            self.state_moves[usize::from(header.state.code())] += 1;
         }
         self.inner
             .open_table(RUNS)?
@@ -528,22 +543,37 @@ impl WriteTx {
         Ok(())
     }
 
+    /// Appends one history record; `false` when the run's history is full.
     pub fn append_history(
         &mut self,
         run: RunId,
         record: &HistoryRecord,
     ) -> Result<bool, StoreError> {
+        Ok(self.append_history_all(run, std::slice::from_ref(record))? == 1)
+    }
+
+    /// Appends a run's records in order, with one lookup of where its history ends; how
+    /// many fit under `limits::HISTORY_EVENTS_PER_RUN_MAX` (the rest are not recorded).
+    pub fn append_history_all(
+        &mut self,
+        run: RunId,
+        records: &[HistoryRecord],
+    ) -> Result<usize, StoreError> {
+        if records.is_empty() {
+            return Ok(0);
+        }
         let mut history = self.inner.open_table(HISTORY)?;
-        let next = match history.range((run.0, 0)..=(run.0, u32::MAX))?.next_back() {
+        let first = match history.range((run.0, 0)..=(run.0, u32::MAX))?.next_back() {
             Some(entry) => entry?.0.value().1 + 1,
             None => 0,
         };
-        if next >= crate::limits::HISTORY_EVENTS_PER_RUN_MAX {
-            return Ok(false);
+        let room = crate::limits::HISTORY_EVENTS_PER_RUN_MAX.saturating_sub(first) as usize;
+        let taken = &records[..records.len().min(room)];
+        for (seq, record) in (first..).zip(taken) {
+            history.insert((run.0, seq), codec::encode(record)?.as_slice())?;
+            self.appended.push((run, seq, record.clone()));
         }
-        history.insert((run.0, next), codec::encode(record)?.as_slice())?;
-        self.appended.push((run, next, record.clone()));
-        Ok(true)
+        Ok(taken.len())
     }
 
     pub fn auto_retry_index_put(&mut self, at: Timestamp, run: RunId) -> Result<(), StoreError> {

@@ -117,6 +117,105 @@ fn a_run_round_trips_and_the_indexes_follow_its_state() {
     assert_eq!(read.list_runs(&query).expect("list").len(), 1);
 }
 
+/// The per-state counts are summed over a transaction's moves and written at its commit:
+/// a run that arrives and one that moves twice across two transactions are each counted
+/// once, in their last state.
+#[test]
+fn runs_per_state_follow_every_move_within_and_across_transactions() {
+    let (_dir, store) = store();
+    let counts = |store: &Store| -> Vec<(RunState, u64)> {
+        let mut counts = store.read().expect("read").run_counts().expect("counts");
+        counts.retain(|(_, n)| *n > 0);
+        counts
+    };
+    let mut tx = store.write().expect("write");
+    tx.put_run(&header(1, RunState::Queued, 1), None)
+        .expect("1");
+    tx.put_run(&header(2, RunState::Queued, 1), None)
+        .expect("2");
+    tx.put_run(&header(3, RunState::Running, 1), None)
+        .expect("3");
+    tx.commit().expect("commit");
+    assert_eq!(
+        counts(&store),
+        vec![(RunState::Queued, 2), (RunState::Running, 1)]
+    );
+
+    let mut tx = store.write().expect("write");
+    tx.put_run(
+        &header(1, RunState::Running, 2),
+        Some((RunState::Queued, Timestamp(1))),
+    )
+    .expect("1 runs");
+    tx.put_run(
+        &header(3, RunState::Succeeded, 2),
+        Some((RunState::Running, Timestamp(1))),
+    )
+    .expect("3 succeeds");
+    // Written again in its state (a batch that changed only its steps): no move.
+    tx.put_run(
+        &header(2, RunState::Queued, 2),
+        Some((RunState::Queued, Timestamp(1))),
+    )
+    .expect("2 stays");
+    tx.put_run(&header(4, RunState::Succeeded, 2), None)
+        .expect("4");
+    tx.commit().expect("commit");
+    assert_eq!(
+        counts(&store),
+        vec![
+            (RunState::Queued, 1),
+            (RunState::Running, 1),
+            (RunState::Succeeded, 2)
+        ]
+    );
+
+    // A transaction that is not committed moves nothing.
+    let mut tx = store.write().expect("write");
+    tx.put_run(
+        &header(2, RunState::Cancelled, 3),
+        Some((RunState::Queued, Timestamp(2))),
+    )
+    .expect("2 cancelled");
+    drop(tx);
+    assert_eq!(counts(&store)[0], (RunState::Queued, 1));
+}
+
+/// A run's history takes records in order up to its limit, several in one call, and
+/// says how many it took.
+#[test]
+fn history_appends_in_order_up_to_the_limit() {
+    let (_dir, store) = store();
+    let record = |kind: &str| HistoryRecord {
+        at: Timestamp(1),
+        kind: kind.into(),
+        detail: "{}".into(),
+    };
+    let max = crate::limits::HISTORY_EVENTS_PER_RUN_MAX as usize;
+    let mut tx = store.write().expect("write");
+    assert!(tx.append_history(RunId(9), &record("first")).expect("one"));
+    let batch: Vec<_> = (1..max - 1).map(|i| record(&format!("e{i}"))).collect();
+    assert_eq!(
+        tx.append_history_all(RunId(9), &batch).expect("many"),
+        max - 2
+    );
+    let over = [record("last"), record("over")];
+    assert_eq!(
+        tx.append_history_all(RunId(9), &over).expect("over"),
+        1,
+        "only one more fits"
+    );
+    assert!(!tx.append_history(RunId(9), &record("full")).expect("full"));
+    assert_eq!(tx.take_appended().len(), max);
+    tx.commit().expect("commit");
+    let read = store.read().expect("read");
+    let history = read.history(RunId(9), None, max + 10).expect("history");
+    assert_eq!(history.len(), max);
+    assert_eq!(history[0], (0, record("first")));
+    assert_eq!(history[1], (1, record("e1")));
+    assert_eq!(history[max - 1], (max as u32 - 1, record("last")));
+}
+
 #[test]
 fn the_fence_counter_never_goes_down() {
     let (_dir, store) = store();

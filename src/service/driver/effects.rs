@@ -20,8 +20,13 @@ impl<E: Executor> Driver<E> {
             Err(rejected) => return Ok(Err(rejected)),
         };
         tx.put_run(&header, Some(previous))?;
+        let records: Vec<_> = effects
+            .events
+            .iter()
+            .map(|event| history::header_record(&header, event, now))
+            .collect();
+        tx.append_history_all(header.id, &records)?;
         for event in &effects.events {
-            tx.append_history(header.id, &history::header_record(&header, event, now))?;
             if let crate::engine::Event::RunState { to, .. } = event {
                 batch.counts.push(Count::RunEntered(*to));
             }
@@ -158,12 +163,18 @@ impl<E: Executor> Driver<E> {
         let Some(run) = self.runs.get(&id) else {
             return Ok(());
         };
+        let records: Vec<_> = effects
+            .events
+            .iter()
+            .map(|event| history::record(run, event, now))
+            .collect();
+        let unrecorded = records.len() - tx.append_history_all(id, &records)?;
+        if unrecorded > 0 {
+            tracing::warn!(run = %id, unrecorded, limit = limits::HISTORY_EVENTS_PER_RUN_MAX, "history full: events not recorded");
+        }
         let mut state_changes = Vec::new();
         let mut gates_opened = Vec::new();
         for event in &effects.events {
-            if !tx.append_history(id, &history::record(run, event, now))? {
-                tracing::warn!(run = %id, limit = limits::HISTORY_EVENTS_PER_RUN_MAX, "history full: event not recorded");
-            }
             match event {
                 crate::engine::Event::RunState { from, to } => {
                     batch.counts.push(Count::RunEntered(*to));
