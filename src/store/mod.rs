@@ -371,6 +371,16 @@ fn migrate(tx: &mut WriteTx, from: u64) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// What a batch rewrites of one run: its header (with its state and `updated_at` as last
+/// stored, `None` for a new run), and the steps and attempts it changed.
+pub struct RunRows<'a> {
+    pub header: &'a RunHeader,
+    pub previous: Option<(RunState, Timestamp)>,
+    pub steps: Vec<(usize, &'a RunStep)>,
+    /// (step, attempt).
+    pub attempts: Vec<(usize, &'a Attempt)>,
+}
+
 pub struct WriteTx {
     inner: redb::WriteTransaction,
     /// History records appended in this transaction, for the live event stream once it
@@ -479,25 +489,12 @@ impl WriteTx {
         header: &RunHeader,
         previous: Option<(RunState, Timestamp)>,
     ) -> Result<(), StoreError> {
-        let mut by_state = self.inner.open_table(RUNS_BY_STATE)?;
-        if let Some((state, updated)) = previous {
-            by_state.remove((state.code(), updated.0, header.id.0))?;
-        }
-        by_state.insert((header.state.code(), header.updated_at.0, header.id.0), ())?;
-        drop(by_state);
-        // Runs per state, kept in the same transaction (for /metrics, without a scan): the
-        // moves are summed here and written once, as the transaction commits.
-        let from = previous.map(|(state, _)| state);
-        if from != Some(header.state) {
-            if let Some(from) = from {
-                self.state_moves[usize::from(from.code())] -= 1;
-            }
-            self.state_moves[usize::from(header.state.code())] += 1;
-        }
-        self.inner
-            .open_table(RUNS)?
-            .insert(header.id.0, codec::encode(header)?.as_slice())?;
-        Ok(())
+        self.put_runs(&[RunRows {
+            header,
+            previous,
+            steps: Vec::new(),
+            attempts: Vec::new(),
+        }])
     }
 
     /// Writes a step's state and its gate record (not its attempts).
@@ -507,11 +504,7 @@ impl WriteTx {
         step: usize,
         progress: &RunStep,
     ) -> Result<(), StoreError> {
-        let key = (run.0, step_key(step)?);
-        self.inner
-            .open_table(STEPS)?
-            .insert(key, codec::encode(progress)?.as_slice())?;
-        Ok(())
+        write_step(&mut self.inner.open_table(STEPS)?, run, step, progress)
     }
 
     /// Writes an attempt and keeps the in-flight index in step.
@@ -521,25 +514,57 @@ impl WriteTx {
         step: usize,
         attempt: &Attempt,
     ) -> Result<(), StoreError> {
-        let step = step_key(step)?;
-        let mut inflight = self.inner.open_table(INFLIGHT)?;
-        if attempt.is_in_flight() {
-            // An attempt stays in flight across several writes (launching, then running):
-            // an entry already there is left alone, since every insert dirties the table's
-            // pages even when the value is the same.
-            let entry = (run.0, step, attempt.number);
-            let present = inflight.get(attempt.fence.0)?.map(|v| v.value()) == Some(entry);
-            if !present {
-                inflight.insert(attempt.fence.0, entry)?;
+        write_attempt(
+            &mut self.inner.open_table(INFLIGHT)?,
+            &mut self.inner.open_table(ATTEMPTS)?,
+            run,
+            step,
+            attempt,
+        )
+    }
+
+    /// Writes each run's header (keeping the state index and the per-state counts in
+    /// step), then the steps and attempts each names: every table is opened once for all
+    /// of them, as a batch's end writes what it changed.
+    pub fn put_runs(&mut self, rows: &[RunRows<'_>]) -> Result<(), StoreError> {
+        {
+            let mut by_state = self.inner.open_table(RUNS_BY_STATE)?;
+            let mut runs = self.inner.open_table(RUNS)?;
+            for row in rows {
+                let header = row.header;
+                if let Some((state, updated)) = row.previous {
+                    by_state.remove((state.code(), updated.0, header.id.0))?;
+                }
+                by_state.insert((header.state.code(), header.updated_at.0, header.id.0), ())?;
+                // Runs per state, kept in the same transaction (for /metrics, without a
+                // scan): the moves are summed here and written once, as it commits.
+                let from = row.previous.map(|(state, _)| state);
+                if from != Some(header.state) {
+                    if let Some(from) = from {
+                        self.state_moves[usize::from(from.code())] -= 1;
+                    }
+                    self.state_moves[usize::from(header.state.code())] += 1;
+                }
+                runs.insert(header.id.0, codec::encode(header)?.as_slice())?;
             }
-        } else {
-            // Removing a key that is not there leaves the tree's pages untouched.
-            inflight.remove(attempt.fence.0)?;
         }
-        let key = (run.0, step, attempt.number);
-        self.inner
-            .open_table(ATTEMPTS)?
-            .insert(key, codec::encode(attempt)?.as_slice())?;
+        if rows.iter().any(|row| !row.steps.is_empty()) {
+            let mut steps = self.inner.open_table(STEPS)?;
+            for row in rows {
+                for &(step, progress) in &row.steps {
+                    write_step(&mut steps, row.header.id, step, progress)?;
+                }
+            }
+        }
+        if rows.iter().any(|row| !row.attempts.is_empty()) {
+            let mut inflight = self.inner.open_table(INFLIGHT)?;
+            let mut attempts = self.inner.open_table(ATTEMPTS)?;
+            for row in rows {
+                for &(step, attempt) in &row.attempts {
+                    write_attempt(&mut inflight, &mut attempts, row.header.id, step, attempt)?;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -1269,6 +1294,47 @@ fn count_tables(read: &redb::ReadTransaction) -> Result<TableCounts, StoreError>
 
 fn state_count_key(state: RunState) -> String {
     format!("runs_in_state:{}", state.as_str())
+}
+
+fn write_step(
+    table: &mut redb::Table<(u128, u16), &[u8]>,
+    run: RunId,
+    step: usize,
+    progress: &RunStep,
+) -> Result<(), StoreError> {
+    table.insert(
+        (run.0, step_key(step)?),
+        codec::encode(progress)?.as_slice(),
+    )?;
+    Ok(())
+}
+
+fn write_attempt(
+    inflight: &mut redb::Table<u64, (u128, u16, u32)>,
+    attempts: &mut redb::Table<(u128, u16, u32), &[u8]>,
+    run: RunId,
+    step: usize,
+    attempt: &Attempt,
+) -> Result<(), StoreError> {
+    let step = step_key(step)?;
+    if attempt.is_in_flight() {
+        // An attempt stays in flight across several writes (launching, then running): an
+        // entry already there is left alone, since every insert dirties the table's pages
+        // even when the value is the same.
+        let entry = (run.0, step, attempt.number);
+        let present = inflight.get(attempt.fence.0)?.map(|v| v.value()) == Some(entry);
+        if !present {
+            inflight.insert(attempt.fence.0, entry)?;
+        }
+    } else {
+        // Removing a key that is not there leaves the tree's pages untouched.
+        inflight.remove(attempt.fence.0)?;
+    }
+    attempts.insert(
+        (run.0, step, attempt.number),
+        codec::encode(attempt)?.as_slice(),
+    )?;
+    Ok(())
 }
 
 fn step_key(step: usize) -> Result<u16, StoreError> {

@@ -141,17 +141,38 @@ fn runs_per_state_follow_every_move_within_and_across_transactions() {
         vec![(RunState::Queued, 2), (RunState::Running, 1)]
     );
 
+    // As a batch's end writes them: several runs with their steps and attempts at once.
     let mut tx = store.write().expect("write");
-    tx.put_run(
-        &header(1, RunState::Running, 2),
-        Some((RunState::Queued, Timestamp(1))),
-    )
-    .expect("1 runs");
-    tx.put_run(
-        &header(3, RunState::Succeeded, 2),
-        Some((RunState::Running, Timestamp(1))),
-    )
-    .expect("3 succeeds");
+    let (running, succeeded) = (
+        header(1, RunState::Running, 2),
+        header(3, RunState::Succeeded, 2),
+    );
+    let (active, done) = (
+        RunStep::in_state(StepState::Active),
+        RunStep::in_state(StepState::Succeeded),
+    );
+    let (launching, finished) = (attempt(1, 11, false), attempt(1, 13, true));
+    let source = PipelineSource {
+        format: SourceFormat::Yaml,
+        text: "name: p".into(),
+        params: Some(Vec::new()),
+    };
+    tx.put_pipeline(RunId(3), &source).expect("pipeline");
+    tx.put_runs(&[
+        RunRows {
+            header: &running,
+            previous: Some((RunState::Queued, Timestamp(1))),
+            steps: vec![(0, &active)],
+            attempts: vec![(0, &launching)],
+        },
+        RunRows {
+            header: &succeeded,
+            previous: Some((RunState::Running, Timestamp(1))),
+            steps: vec![(0, &done)],
+            attempts: vec![(0, &finished)],
+        },
+    ])
+    .expect("1 runs, 3 succeeds");
     // Written again in its state (a batch that changed only its steps): no move.
     tx.put_run(
         &header(2, RunState::Queued, 2),
@@ -169,6 +190,15 @@ fn runs_per_state_follow_every_move_within_and_across_transactions() {
             (RunState::Succeeded, 2)
         ]
     );
+    let read = store.read().expect("read");
+    assert_eq!(
+        read.inflight_attempts().expect("inflight"),
+        vec![(Fence(11), RunId(1), 0, 1)]
+    );
+    let stored = read.run(RunId(3)).expect("read 3").expect("3 exists");
+    assert_eq!(stored.header, succeeded);
+    assert_eq!(stored.steps[0].attempts, vec![finished]);
+    drop(read);
 
     // A transaction that is not committed moves nothing.
     let mut tx = store.write().expect("write");

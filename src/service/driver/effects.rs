@@ -391,11 +391,11 @@ impl<E: Executor> Driver<E> {
     /// Rewrites each touched run once: header (and its state index), changed steps and
     /// changed attempts (and the in-flight index).
     pub(super) fn flush(&self, tx: &mut WriteTx, batch: &Batch) -> Result<(), StoreError> {
+        let mut rows = Vec::with_capacity(batch.touched.len());
         for (id, touched) in &batch.touched {
             let Some(run) = self.runs.get(id) else {
                 continue;
             };
-            tx.put_run(&run.header, touched.previous)?;
             // The auto-retry index holds exactly the dead-lettered runs the sweep may act on.
             let key = sweep_key(run);
             if touched.previous_sweep_key != key {
@@ -406,14 +406,22 @@ impl<E: Executor> Driver<E> {
                     tx.auto_retry_index_put(at, *id)?;
                 }
             }
-            for &step in &touched.steps {
-                tx.put_step(*id, step, &run.steps[step])?;
-            }
-            for &(step, index) in &touched.attempts {
-                tx.put_attempt(*id, step, &run.steps[step].attempts[index])?;
-            }
+            rows.push(RunRows {
+                header: &run.header,
+                previous: touched.previous,
+                steps: touched
+                    .steps
+                    .iter()
+                    .map(|&step| (step, &run.steps[step]))
+                    .collect(),
+                attempts: touched
+                    .attempts
+                    .iter()
+                    .map(|&(step, index)| (step, &run.steps[step].attempts[index]))
+                    .collect(),
+            });
         }
-        Ok(())
+        tx.put_runs(&rows)
     }
 }
 

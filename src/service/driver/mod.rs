@@ -47,7 +47,7 @@ use crate::store::records::{
     DeadLetter, DeadLetterCategory, ExecutorKind, HistoryRecord, LaunchAction, LaunchRecord,
     OutboxMessage, OutboxPayload, PipelineSource, SourceFormat, StoredRun, TimerKey, TimerKind,
 };
-use crate::store::{Store, StoreError, WriteTx};
+use crate::store::{RunRows, Store, StoreError, WriteTx};
 
 pub struct Driver<E: Executor> {
     store: Arc<Store>,
