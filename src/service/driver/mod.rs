@@ -218,6 +218,7 @@ impl<E: Executor> Driver<E> {
                 self.metrics
                     .commit_seconds
                     .observe(started.elapsed().as_secs_f64());
+                self.release_effects(&batch);
                 self.next_timer = next_timer;
                 self.events.publish(appended);
                 self.after_commit(batch)
@@ -226,6 +227,19 @@ impl<E: Executor> Driver<E> {
                 self.metrics.commit_failures.inc();
                 self.after_failed_commit(batch, &error).await
             }
+        }
+    }
+
+    /// What waits on the commit to reach a step, done first once it is durable: the go of
+    /// each launch it recorded as confirmed, and the dispatcher woken for the messages it
+    /// settled or added (the next step's launch).
+    fn release_effects(&self, batch: &Batch) {
+        for fence in &batch.recorded_launches {
+            self.executor.launch_recorded(*fence);
+        }
+        self.outbox.settle(&batch.settled_messages);
+        if batch.new_messages > 0 {
+            self.outbox.wake();
         }
     }
 
@@ -247,13 +261,6 @@ impl<E: Executor> Driver<E> {
         self.watch_clock();
         for reply in batch.replies {
             reply(None);
-        }
-        for fence in &batch.recorded_launches {
-            self.executor.launch_recorded(*fence);
-        }
-        self.outbox.settle(&batch.settled_messages);
-        if batch.new_messages > 0 {
-            self.outbox.wake();
         }
         // Runs that finished leave the cache. Only the batch's own runs can have: a run's
         // state changes only by an input, which touches it, or it was loaded finished.
