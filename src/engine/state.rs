@@ -64,8 +64,8 @@ impl RunState {
         }
     }
 
-    /// A small stable code for index keys.
-    pub fn code(self) -> u8 {
+    /// A small stable code for index keys: the state's position in `ALL`.
+    pub const fn code(self) -> u8 {
         match self {
             RunState::Queued => 0,
             RunState::Running => 1,

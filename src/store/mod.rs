@@ -393,6 +393,15 @@ pub struct WriteTx {
     crash: Option<std::sync::Arc<CrashPlan>>,
 }
 
+// `state_moves` is indexed by `RunState::code`: every code is its state's place in `ALL`.
+const _: () = {
+    let mut i = 0;
+    while i < RunState::ALL.len() {
+        assert!(RunState::ALL[i].code() as usize == i);
+        i += 1;
+    }
+};
+
 impl WriteTx {
     /// The history records appended so far (in order), to publish once committed.
     pub fn take_appended(&mut self) -> Vec<(RunId, u32, HistoryRecord)> {
