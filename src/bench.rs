@@ -292,6 +292,7 @@ fn admission_decisions(queued: u64) -> (Duration, Duration) {
     let (_, pipeline) = one_step().expect("the bench pipeline parses");
     let limits = Limits {
         local: 4,
+        prepared_local: 0,
         ..Limits::default()
     };
     let mut scheduler = Scheduler::new(limits);

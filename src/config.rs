@@ -101,6 +101,10 @@ pub struct EngineSection {
     pub priority_aging: Option<Duration>,
     /// Runs in progress at most; a submission beyond gets 429 (reloaded by SIGHUP).
     pub max_active_runs: Option<u32>,
+    /// Local steps whose launch is prepared ahead while the pool is full, so a freed slot
+    /// starts the next at once (reloaded by SIGHUP). Default: `max_parallel_local`, at
+    /// most 4; 0 prepares none.
+    pub prepared_local: Option<u32>,
 }
 
 /// `[kubernetes]`: where `executor: kubernetes` steps run.
@@ -266,6 +270,7 @@ impl Default for crate::engine::admission::Limits {
             locks: Default::default(),
             aging_ms: DEFAULT_PRIORITY_AGING.as_millis() as u64,
             active_runs: DEFAULT_MAX_ACTIVE_RUNS,
+            prepared_local: default_prepared_local(default_max_parallel_local()),
         }
     }
 }
@@ -278,6 +283,12 @@ pub const DEFAULT_MAX_PODS: u32 = 100;
 /// `engine.priority_aging` when unset.
 pub const DEFAULT_PRIORITY_AGING: Duration = Duration::from_secs(60);
 
+/// `engine.prepared_local` when unset: one launch prepared per local slot, at most
+/// `limits::PREPARED_LOCAL_DEFAULT_MAX`.
+pub fn default_prepared_local(local: u32) -> u32 {
+    local.min(crate::limits::PREPARED_LOCAL_DEFAULT_MAX)
+}
+
 /// `engine.max_parallel_local` when unset: the CPUs this process may use.
 pub fn default_max_parallel_local() -> u32 {
     std::thread::available_parallelism()
@@ -288,7 +299,8 @@ pub fn default_max_parallel_local() -> u32 {
 
 impl ConfigFile {
     /// The limits of admission control: the file's values, then `SCARAB_MAX_PARALLEL_LOCAL`,
-    /// `SCARAB_MAX_PODS` and `SCARAB_PRIORITY_AGING` from `env`. Errors name the key.
+    /// `SCARAB_MAX_PODS`, `SCARAB_PRIORITY_AGING` and `SCARAB_PREPARED_LOCAL` from `env`.
+    /// Errors name the key.
     pub fn admission(
         &self,
         env: impl Fn(&str) -> Option<String>,
@@ -380,11 +392,32 @@ impl ConfigFile {
                 crate::limits::ACTIVE_RUNS_MAX
             ));
         }
+        let (prepared_local, name) = match env("SCARAB_PREPARED_LOCAL") {
+            Some(text) => (
+                text.trim().parse::<u32>().map_err(|_| {
+                    format!("SCARAB_PREPARED_LOCAL: {text:?} is not a whole number")
+                })?,
+                "SCARAB_PREPARED_LOCAL",
+            ),
+            None => (
+                self.engine
+                    .prepared_local
+                    .unwrap_or_else(|| default_prepared_local(local)),
+                "engine.prepared_local",
+            ),
+        };
+        if prepared_local > crate::limits::PREPARED_LOCAL_MAX {
+            return Err(format!(
+                "{name}: must be between 0 and {}",
+                crate::limits::PREPARED_LOCAL_MAX
+            ));
+        }
         Ok(crate::engine::admission::Limits {
             local,
             pods,
             locks,
             active_runs,
+            prepared_local,
             aging_ms: u64::try_from(aging.as_millis()).unwrap_or(u64::MAX),
         })
     }

@@ -177,6 +177,12 @@ pub const LOCKS_MAX: usize = 256;
 pub const LOCK_LIMIT_MAX: u32 = 10_000;
 /// `engine.max_parallel_local` and `kubernetes.max_pods`.
 pub const POOL_LIMIT_MAX: u32 = 100_000;
+
+/// `engine.prepared_local`'s default is one per local slot, at most this many: each is a
+/// supervisor waiting at the launch handshake.
+pub const PREPARED_LOCAL_DEFAULT_MAX: u32 = 4;
+/// `engine.prepared_local` at most.
+pub const PREPARED_LOCAL_MAX: u32 = 256;
 /// `engine.priority_aging`: one point of priority is worth this much waiting.
 pub const PRIORITY_AGING_MIN: Duration = Duration::from_secs(1);
 pub const PRIORITY_AGING_MAX: Duration = Duration::from_secs(24 * 3600);

@@ -29,7 +29,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use super::state::{Run, StepState};
+use super::state::{AttemptState, Run, StepState};
 use super::{RunId, Timestamp};
 use crate::pipeline::StepAction;
 
@@ -96,6 +96,11 @@ pub struct Limits {
     /// Runs in progress (not terminal) at most: a submission beyond is refused, so the
     /// queue is bounded (`engine.max_active_runs`).
     pub active_runs: u32,
+    /// Local steps admitted beyond `local` while the pool is full (`engine.prepared_local`):
+    /// their launch is prepared (a supervisor waits at the launch handshake) so that a freed
+    /// slot starts the next step at once. What runs stays within `local`: a prepared launch
+    /// starts only when [`Scheduler::may_start`] says so.
+    pub prepared_local: u32,
 }
 
 impl Limits {
@@ -104,6 +109,16 @@ impl Limits {
             Pool::Local => self.local,
             Pool::Kubernetes => self.pods,
         }
+    }
+
+    /// The slots a pool may have admitted at once: its limit, plus the launches prepared
+    /// ahead for the local pool.
+    fn admitted(&self, pool: Pool) -> u64 {
+        let prepared = match pool {
+            Pool::Local => self.prepared_local,
+            Pool::Kubernetes => 0,
+        };
+        u64::from(self.pool(pool)) + u64::from(prepared)
     }
 
     /// The slots a step asking for `slots` takes of `pool`: never more than the whole pool,
@@ -232,6 +247,8 @@ struct Hold {
     locks: Vec<String>,
     /// Decided by the scheduler; the engine has not minted the attempt yet.
     pending: bool,
+    /// Its attempt is launching: admitted, not yet started.
+    launching: bool,
 }
 
 #[derive(Debug)]
@@ -294,7 +311,11 @@ impl Dirty {
 pub struct Scheduler {
     limits: Limits,
     runs: HashMap<RunId, RunEntry>,
+    /// Slots held per pool: by running steps and by launches not yet started.
     pool_used: [u64; 2],
+    /// Per pool, the launches not yet started, in admission order (their slots).
+    launching: [BTreeMap<Key, u32>; 2],
+    launching_slots: [u64; 2],
     lock_used: HashMap<String, u32>,
     group_members: HashMap<String, HashSet<RunId>>,
     /// Runs waiting at the group stage, by (order, run).
@@ -338,6 +359,8 @@ impl Scheduler {
             limits,
             runs: HashMap::new(),
             pool_used: [0; 2],
+            launching: [BTreeMap::new(), BTreeMap::new()],
+            launching_slots: [0; 2],
             lock_used: HashMap::new(),
             group_members: HashMap::new(),
             group_wait: HashMap::new(),
@@ -370,9 +393,78 @@ impl Scheduler {
         self.process();
     }
 
-    /// Slots in use per pool.
+    /// Slots held per pool: by every admitted step, launches not yet started included.
     pub fn used(&self, pool: Pool) -> u64 {
         self.pool_used[pool.index()]
+    }
+
+    /// Slots in use per pool: held by steps that started. Launches prepared ahead wait
+    /// at the launch handshake and use none yet.
+    pub fn started(&self, pool: Pool) -> u64 {
+        self.pool_used[pool.index()] - self.launching_slots[pool.index()]
+    }
+
+    /// Launches admitted to `pool` that have not started yet.
+    pub fn launching(&self, pool: Pool) -> usize {
+        self.launching[pool.index()].len()
+    }
+
+    /// Whether the launch of `step` may start now: the slots of the steps that started,
+    /// of the launches not yet started that come before it in admission order (priority
+    /// aged by waiting, then submit order), and its own fit within the pool's limit. So
+    /// what runs never exceeds the limit, and launches start in admission order whenever
+    /// they were admitted: a launch prepared ahead does not start before a step of
+    /// higher priority admitted after it, nor before a step needing many slots. A step
+    /// that holds no slots, or whose launch started already, may.
+    pub fn may_start(&self, id: RunId, step: usize) -> bool {
+        let Some(entry) = self.runs.get(&id) else {
+            return true;
+        };
+        let Some(hold) = entry.holds.get(&step) else {
+            return true;
+        };
+        let (Some(pool), true) = (hold.pool, hold.launching) else {
+            return true;
+        };
+        let key = Key {
+            order: entry.order,
+            run: id,
+            step,
+        };
+        let ahead: u64 = self.launching[pool.index()]
+            .range(..=key)
+            .map(|(_, slots)| u64::from(*slots))
+            .sum();
+        self.started(pool) + ahead <= u64::from(self.limits.pool(pool))
+    }
+
+    /// Records whether the step's attempt is still launching (its launch not started).
+    fn set_launching(&mut self, id: RunId, step: usize, launching: bool) {
+        let Some(entry) = self.runs.get_mut(&id) else {
+            return;
+        };
+        let key = Key {
+            order: entry.order,
+            run: id,
+            step,
+        };
+        let Some(hold) = entry.holds.get_mut(&step) else {
+            return;
+        };
+        let Some(pool) = hold.pool else {
+            return;
+        };
+        if hold.launching == launching {
+            return;
+        }
+        hold.launching = launching;
+        if launching {
+            self.launching[pool.index()].insert(key, hold.slots);
+            self.launching_slots[pool.index()] += u64::from(hold.slots);
+        } else {
+            self.launching[pool.index()].remove(&key);
+            self.launching_slots[pool.index()] -= u64::from(hold.slots);
+        }
     }
 
     pub fn lock_used(&self, name: &str) -> u32 {
@@ -482,6 +574,10 @@ impl Scheduler {
                         self.dequeue(id, step);
                         self.force_hold(run, step);
                     }
+                    let launching = progress
+                        .in_flight()
+                        .is_some_and(|a| a.state == AttemptState::Launching);
+                    self.set_launching(id, step, launching);
                 }
                 StepState::Queued { since } => {
                     if held {
@@ -548,6 +644,7 @@ impl Scheduler {
             slots,
             locks: spec.locks.clone(),
             pending: false,
+            launching: false,
         };
         if let Some(entry) = self.runs.get_mut(&run.id()) {
             entry.holds.insert(step, hold);
@@ -556,6 +653,7 @@ impl Scheduler {
 
     /// A step that stopped being active gives back what it held.
     fn release(&mut self, id: RunId, step: usize) {
+        self.set_launching(id, step, false);
         let Some(hold) = self.runs.get_mut(&id).and_then(|e| e.holds.remove(&step)) else {
             return;
         };
@@ -731,8 +829,11 @@ impl Scheduler {
                 },
                 locks: queued.locks,
                 pending: true,
+                launching: false,
             },
         );
+        // Its attempt is minted launching.
+        self.set_launching(id, step, true);
         self.decided.push((id, step));
     }
 
@@ -898,7 +999,7 @@ impl Scheduler {
     }
 
     fn process_pool(&mut self, pool: Pool) {
-        let limit = u64::from(self.limits.pool(pool));
+        let limit = self.limits.admitted(pool);
         while let Some(&key) = self.pool_wait[pool.index()].first() {
             let Some(queued) = self
                 .runs
@@ -1024,7 +1125,22 @@ impl Scheduler {
             if pool_used[pool.index()] != self.pool_used[pool.index()] {
                 return Err(format!("{} pool count drifted", pool.as_str()));
             }
-            let limit = u64::from(self.limits.pool(pool));
+            let launching: u64 = self.launching[pool.index()]
+                .values()
+                .map(|s| u64::from(*s))
+                .sum();
+            let places = self
+                .runs
+                .values()
+                .flat_map(|e| e.holds.values())
+                .filter(|h| h.pool == Some(pool) && h.launching)
+                .count();
+            if launching != self.launching_slots[pool.index()]
+                || places != self.launching[pool.index()].len()
+            {
+                return Err(format!("{} pool's launches drifted", pool.as_str()));
+            }
+            let limit = self.limits.admitted(pool);
             if pool_used[pool.index()] > limit {
                 return Err(format!("{} pool over its limit", pool.as_str()));
             }

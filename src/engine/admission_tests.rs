@@ -63,6 +63,13 @@ fn pipeline(steps: Vec<Step>) -> Pipeline {
     }
 }
 
+/// Whether the step's attempt is launching: admitted, its launch not started.
+fn launching(progress: &RunStep) -> bool {
+    progress
+        .in_flight()
+        .is_some_and(|a| a.state == AttemptState::Launching)
+}
+
 fn limits(local: u32, pods: u32, locks: &[(&str, u32)]) -> Limits {
     Limits {
         local,
@@ -73,6 +80,7 @@ fn limits(local: u32, pods: u32, locks: &[(&str, u32)]) -> Limits {
             .collect::<BTreeMap<_, _>>(),
         aging_ms: 60_000,
         active_runs: 1_000_000,
+        prepared_local: 0,
     }
 }
 
@@ -179,6 +187,13 @@ impl World {
             return;
         };
         let fence = attempt.fence;
+        if attempt.state == AttemptState::Launching {
+            // The driver starts a launch only when the scheduler says it may.
+            assert!(
+                self.scheduler.may_start(id, step),
+                "a launch started beyond its pool's limit"
+            );
+        }
         let verdict = Verdict {
             outcome: if success {
                 Outcome::Succeeded
@@ -214,6 +229,17 @@ impl World {
         found
     }
 
+    /// Active steps that started, or whose launch may start now (a launch prepared ahead
+    /// waits for a slot).
+    fn startable(&self) -> Vec<(RunId, usize)> {
+        self.active()
+            .into_iter()
+            .filter(|(id, step)| {
+                !launching(&self.runs[id].steps[*step]) || self.scheduler.may_start(*id, *step)
+            })
+            .collect()
+    }
+
     /// A restart: the scheduler rebuilt from the runs' committed state.
     fn restart(&mut self) {
         let limits = self.scheduler.limits().clone();
@@ -227,7 +253,10 @@ impl World {
             panic!("admission invariant: {problem}");
         }
         let limits = self.scheduler.limits();
+        // Slots of the steps that started, and of every step admitted (launches not yet
+        // started included).
         let mut used = [0u64; 2];
+        let mut admitted = [0u64; 2];
         let mut locks: BTreeMap<&str, u32> = BTreeMap::new();
         let mut groups: BTreeMap<&str, u32> = BTreeMap::new();
         for run in self.runs.values() {
@@ -245,7 +274,10 @@ impl World {
                     StepAction::Kubernetes(_) => 1,
                     _ => 0,
                 };
-                used[pool] += u64::from(spec.slots);
+                admitted[pool] += u64::from(spec.slots);
+                if !launching(progress) {
+                    used[pool] += u64::from(spec.slots);
+                }
                 for lock in &spec.locks {
                     *locks.entry(lock).or_default() += 1;
                 }
@@ -272,14 +304,31 @@ impl World {
             let index = usize::from(pool == Pool::Kubernetes);
             assert_eq!(
                 used[index],
+                self.scheduler.started(pool),
+                "{} slots of started steps",
+                pool.as_str()
+            );
+            assert_eq!(
+                admitted[index],
                 self.scheduler.used(pool),
-                "{} slots",
+                "{} slots held",
                 pool.as_str()
             );
             assert!(
                 used[index] <= u64::from(limits.pool(pool)),
-                "{} over",
-                pool.as_str()
+                "{} over: {} slots of started steps",
+                pool.as_str(),
+                used[index]
+            );
+            let prepared = match pool {
+                Pool::Local => limits.prepared_local,
+                Pool::Kubernetes => 0,
+            };
+            assert!(
+                admitted[index] <= u64::from(limits.pool(pool) + prepared),
+                "{} over: {} slots admitted",
+                pool.as_str(),
+                admitted[index]
             );
         }
         for (lock, held) in locks {
@@ -372,9 +421,13 @@ proptest! {
         local in 1u32..5,
         pods in 1u32..3,
         gpu in 1u32..3,
+        prepared in 0u32..3,
         actions in proptest::collection::vec(action_strategy(), 1..120),
     ) {
-        let mut world = World::new(limits(local, pods, &[("gpu", gpu), ("a", 1), ("b", 1)]));
+        let mut world = World::new(Limits {
+            prepared_local: prepared,
+            ..limits(local, pods, &[("gpu", gpu), ("a", 1), ("b", 1)])
+        });
         for action in actions {
             match action {
                 Action::Submit { shape: code, priority, group, parallelism } => {
@@ -396,7 +449,7 @@ proptest! {
                     world.submit(pipeline, admission);
                 }
                 Action::Finish(r, s, ok) => {
-                    if let Some((id, step)) = pick(&world.active(), r.wrapping_add(s)) {
+                    if let Some((id, step)) = pick(&world.startable(), r.wrapping_add(s)) {
                         world.finish(id, step, ok);
                     }
                 }
@@ -435,7 +488,7 @@ proptest! {
         // Everything drains: finish what runs (approving gates) until nothing is left,
         // and then no slot, lock or group is held.
         for _ in 0..10_000 {
-            if let Some((id, step)) = world.active().first().copied() {
+            if let Some((id, step)) = world.startable().first().copied() {
                 world.finish(id, step, true);
             } else if let Some((id, step)) = world.runs.iter().find_map(|(id, run)| {
                 run.steps.iter().position(|p| p.state == StepState::Waiting).map(|s| (*id, s))
@@ -462,6 +515,116 @@ proptest! {
 
 fn default_admission() -> RunAdmission {
     RunAdmission::default()
+}
+
+/// Confirms the launch of the step (the driver's part once it may start).
+fn start(world: &mut World, id: RunId, step: usize) {
+    let fence = world.runs[&id].steps[step]
+        .in_flight()
+        .expect("in flight")
+        .fence;
+    assert!(
+        world.scheduler.may_start(id, step),
+        "{id} step {step} may not start"
+    );
+    world.input(id, Input::LaunchConfirmed { step, fence });
+}
+
+#[test]
+fn launches_prepared_ahead_start_within_the_limit_and_in_priority_order() {
+    // One slot, two launches prepared beyond it.
+    let mut world = World::new(Limits {
+        prepared_local: 2,
+        ..limits(1, 1, &[])
+    });
+    let busy = world.submit(shape(0), default_admission());
+    start(&mut world, busy, 0);
+    let low: Vec<RunId> = (0..3)
+        .map(|_| world.submit(shape(0), default_admission()))
+        .collect();
+    // Two are admitted (their launch prepared), the third waits in the queue.
+    assert!(launching(&world.runs[&low[0]].steps[0]));
+    assert!(launching(&world.runs[&low[1]].steps[0]));
+    assert_eq!(
+        world.scheduler.wait(low[2], 0).map(|w| w.reason),
+        Some(WaitingFor::Pool)
+    );
+    assert_eq!(world.scheduler.started(Pool::Local), 1);
+    assert_eq!(world.scheduler.used(Pool::Local), 3);
+    assert!(!world.scheduler.may_start(low[0], 0), "the slot is taken");
+    world.check();
+
+    // A run of higher priority arrives: queued, the prepared ones are admitted already.
+    let high = world.submit(
+        shape(0),
+        RunAdmission {
+            priority: 5,
+            ..RunAdmission::default()
+        },
+    );
+    assert_eq!(
+        world.scheduler.wait(high, 0).map(|w| w.reason),
+        Some(WaitingFor::Pool)
+    );
+    // The slot frees: the run of higher priority is admitted into it and starts before
+    // the launches prepared earlier, which wait for it.
+    world.finish(busy, 0, true);
+    assert!(launching(&world.runs[&high].steps[0]));
+    assert!(world.scheduler.may_start(high, 0));
+    assert!(!world.scheduler.may_start(low[0], 0));
+    assert!(!world.scheduler.may_start(low[1], 0));
+    start(&mut world, high, 0);
+    assert_eq!(world.scheduler.started(Pool::Local), 1);
+    assert!(!world.scheduler.may_start(low[0], 0));
+    world.check();
+
+    // Then in submit order, one at a time.
+    world.finish(high, 0, true);
+    assert!(world.scheduler.may_start(low[0], 0));
+    assert!(
+        !world.scheduler.may_start(low[1], 0),
+        "one slot: one at a time"
+    );
+    for id in &low {
+        world.finish(*id, 0, true);
+        world.check();
+    }
+    assert_eq!(world.scheduler.used(Pool::Local), 0);
+    assert_eq!(world.scheduler.launching(Pool::Local), 0);
+}
+
+#[test]
+fn a_step_needing_many_slots_is_not_overtaken_by_launches_prepared_after_it() {
+    let mut world = World::new(Limits {
+        prepared_local: 4,
+        ..limits(4, 1, &[])
+    });
+    let small = pipeline(vec![step("s", vec![], 1, &[], local())]);
+    let busy: Vec<RunId> = (0..4)
+        .map(|_| world.submit(small.clone(), default_admission()))
+        .collect();
+    for id in &busy {
+        start(&mut world, *id, 0);
+    }
+    let big = world.submit(
+        pipeline(vec![step("big", vec![], 3, &[], local())]),
+        default_admission(),
+    );
+    let after = world.submit(small.clone(), default_admission());
+    assert!(launching(&world.runs[&big].steps[0]));
+    assert!(launching(&world.runs[&after].steps[0]));
+    // One slot frees: the small one prepared after the big one does not take it.
+    world.finish(busy[0], 0, true);
+    assert!(!world.scheduler.may_start(big, 0));
+    assert!(!world.scheduler.may_start(after, 0));
+    world.finish(busy[1], 0, true);
+    world.finish(busy[2], 0, true);
+    assert!(world.scheduler.may_start(big, 0), "three slots free");
+    assert!(!world.scheduler.may_start(after, 0));
+    start(&mut world, big, 0);
+    world.finish(busy[3], 0, true);
+    assert!(world.scheduler.may_start(after, 0));
+    world.check();
 }
 
 #[test]

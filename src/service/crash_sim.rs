@@ -5,7 +5,8 @@
 //! commit, or after it and before any of its effects — then starts a new "process" on
 //! the same file, many times; after each recovery and at the end the invariants hold:
 //! every acknowledged run is there, no fence is minted twice, no attempt is launched
-//! while an earlier one of its step may still run, none runs twice, and everything ends.
+//! while an earlier one of its step may still run, none runs twice, no more run at once
+//! than the local pool's slots (launches are prepared beyond them), and everything ends.
 //!
 //! `SCARAB_CRASH_SEEDS` (default 700 seeds of up to 10 crash points each, at least 5,000), `SCARAB_CRASH_SEED`
 //! replays one seed; a failure prints its reproducer.
@@ -21,6 +22,9 @@ use crate::engine::{Fence, KillReason, Outcome, RunAdmission, RunId, Verdict};
 use crate::executor::{Adoption, Executor, ExecutorError, Report, Target};
 use crate::store::records::{LaunchRecord, PipelineSource, SourceFormat};
 use crate::store::{CrashPlan, Store};
+
+/// The local pool's slots: the launches prepared beyond them wait for one to free.
+const LOCAL_SLOTS: u32 = 3;
 
 #[derive(Clone, Debug, PartialEq)]
 enum Life {
@@ -91,6 +95,17 @@ impl SimExecutor {
             world
                 .violations
                 .push(format!("fence {fence} started {} times", attempt.starts));
+        }
+        let running = world
+            .attempts
+            .values()
+            .filter(|a| a.life == Life::Started)
+            .count();
+        if running > LOCAL_SLOTS as usize {
+            world.violations.push(format!(
+                "fence {fence} started while {} steps ran: more than the pool's {LOCAL_SLOTS}",
+                running - 1
+            ));
         }
         let fails = world.next().is_multiple_of(5);
         let delay = Duration::from_micros(world.next() % 3000);
@@ -357,7 +372,8 @@ async fn seed_in(dir: &std::path::Path, seed: u64, crashes: u32) -> Result<u32, 
         let settings = Settings::default();
         settings.replace_live(crate::config::Live {
             admission: crate::engine::admission::Limits {
-                local: 3,
+                local: LOCAL_SLOTS,
+                prepared_local: 2,
                 ..Default::default()
             },
             ..Default::default()

@@ -67,6 +67,16 @@ impl Outbox {
             .unwrap_or(false)
     }
 
+    /// Whether the message is being delivered, or waits, delivered, for its settlement
+    /// (a launch prepared ahead waits for a slot).
+    fn claimed(&self, id: u64) -> bool {
+        self.inner
+            .in_flight
+            .lock()
+            .map(|set| set.contains(&id))
+            .unwrap_or(false)
+    }
+
     fn release(&self, id: u64) {
         if let Ok(mut set) = self.inner.in_flight.lock() {
             set.remove(&id);
@@ -108,7 +118,7 @@ pub async fn run<E: Executor>(
         let now = clock::now();
         let (due, next_due) = match store.read().and_then(|r| {
             Ok((
-                r.due_outbox(now, limits::OUTBOX_BATCH_MAX)?,
+                r.due_outbox(now, limits::OUTBOX_BATCH_MAX, |id| outbox.claimed(id))?,
                 r.next_outbox_due()?,
             ))
         }) {

@@ -925,16 +925,26 @@ impl ReadTx {
     }
 
     /// Up to `limit` outbox messages due at or before `now`, earliest first.
+    /// Up to `limit` messages due at `now`, in order of due time, leaving out (and not
+    /// counting) those `skip` names: messages already being delivered, or launches waiting
+    /// for a slot, must not take the room of the others.
     pub fn due_outbox(
         &self,
         now: Timestamp,
         limit: usize,
+        skip: impl Fn(u64) -> bool,
     ) -> Result<Vec<OutboxMessage>, StoreError> {
         let due = self.inner.open_table(OUTBOX_DUE)?;
         let outbox = self.inner.open_table(OUTBOX)?;
         let mut messages = Vec::new();
-        for entry in due.range(..=(now.0, u64::MAX))?.take(limit) {
+        for entry in due.range(..=(now.0, u64::MAX))? {
+            if messages.len() >= limit {
+                break;
+            }
             let (_, id) = entry?.0.value();
+            if skip(id) {
+                continue;
+            }
             let value = outbox.get(id)?.ok_or_else(|| {
                 StoreError::Corrupt(format!("outbox index names missing message {id}"))
             })?;

@@ -314,12 +314,22 @@ fn outbox_messages_are_due_in_order_and_rescheduling_moves_them() {
     let due: Vec<u64> = store
         .read()
         .expect("read")
-        .due_outbox(Timestamp(100), 10)
+        .due_outbox(Timestamp(100), 10, |_| false)
         .expect("due")
         .iter()
         .map(|m| m.id)
         .collect();
     assert_eq!(due, vec![early, late]);
+    // A message left out (being delivered) does not take the room of the next.
+    let due: Vec<u64> = store
+        .read()
+        .expect("read")
+        .due_outbox(Timestamp(100), 1, |id| id == early)
+        .expect("due")
+        .iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(due, vec![late]);
 
     let mut tx = store.write().expect("write");
     let mut moved = tx.outbox_get(early).expect("get").expect("exists");
@@ -330,7 +340,7 @@ fn outbox_messages_are_due_in_order_and_rescheduling_moves_them() {
     tx.commit().expect("commit");
     let read = store.read().expect("read");
     let due: Vec<u64> = read
-        .due_outbox(Timestamp(100), 10)
+        .due_outbox(Timestamp(100), 10, |_| false)
         .expect("due")
         .iter()
         .map(|m| m.id)

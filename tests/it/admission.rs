@@ -226,10 +226,16 @@ fn a_pool_of_4_never_runs_more_and_admits_by_priority_then_submit_order() {
     let out = dir.path().join("fences");
     let go = dir.path().join("go");
     let marker = "scarab-admission-order";
+    // The admission order is read off the fences, minted at admission. Launches prepared
+    // ahead are admitted as they arrive, before later runs of higher priority (their
+    // start order is tested below), so none are prepared here.
     let mut server = Server::start_with_env(
         &dir.path().join("state"),
         &[],
-        &[("SCARAB_MAX_PARALLEL_LOCAL", "4")],
+        &[
+            ("SCARAB_MAX_PARALLEL_LOCAL", "4"),
+            ("SCARAB_PREPARED_LOCAL", "0"),
+        ],
     );
     // The whole pool is held until every run is queued, so the admission order is the
     // scheduler's alone.
@@ -320,6 +326,82 @@ fn a_pool_of_4_never_runs_more_and_admits_by_priority_then_submit_order() {
     assert!(metric(&server, "scarab_queued_duration_seconds_count") >= load_runs() as f64);
     let kinds = server.history_kinds(last);
     assert!(kinds.iter().any(|k| k == "admitted"), "{kinds:?}");
+    server.kill9();
+}
+
+#[test]
+fn prepared_launches_wait_for_a_slot_start_in_priority_order_and_survive_kill9() {
+    let dir = common::tempdir().expect("tempdir");
+    let out = dir.path().join("fences");
+    let go = dir.path().join("go");
+    let marker = "scarab-admission-prepared";
+    let mut server = Server::start_with_env(
+        &dir.path().join("state"),
+        &[],
+        &[
+            ("SCARAB_MAX_PARALLEL_LOCAL", "1"),
+            ("SCARAB_PREPARED_LOCAL", "2"),
+        ],
+    );
+    let blocker = server.submit(&format!(
+        "name: blocker\nsteps:\n  - name: hold\n    run: [sh, -c, 'while [ ! -e \"$1\" ]; do sleep 0.05; done', blocker, {}]\n",
+        go.display()
+    ));
+    server.wait_for(&blocker, WITHIN, |run| {
+        run["steps"][0]["attempts"][0]["state"] == "running"
+    });
+    let sampler = Sampler::start(marker);
+    let yaml = marked(marker, &out, "0.2");
+    // Two launches are prepared beyond the one slot; the rest wait in the queue, the run
+    // of higher priority too: it came after the prepared ones were admitted.
+    let low: Vec<String> = (0..3).map(|_| server.submit(&yaml)).collect();
+    let high = submit_with(&server, &yaml, "?priority=5");
+    let check_waiting = |server: &Server| {
+        for id in &low[..2] {
+            let run = server.wait_for(id, WITHIN, |run| {
+                run["steps"][0]["attempts"][0]["state"] == "launching"
+            });
+            assert_eq!(run["steps"][0]["state"], "active", "{run:#}");
+        }
+        for id in [&low[2], &high] {
+            let run = server.run(id);
+            assert_eq!(run["steps"][0]["state"], "queued", "{run:#}");
+            assert_eq!(run["steps"][0]["waiting_for"]["reason"], "pool");
+        }
+        assert_eq!(local_pool(server), (1, 1), "prepared launches use no slot");
+        assert!(
+            written_fences(&out).is_empty(),
+            "nothing started beyond the slot"
+        );
+    };
+    check_waiting(&server);
+    // The prepared supervisors wait at the launch handshake; kill -9 of the service
+    // cuts it, and the next service prepares them again under the same fences.
+    std::thread::sleep(Duration::from_millis(300));
+    server.kill9();
+    server.resume();
+    check_waiting(&server);
+
+    std::fs::write(&go, b"").expect("go");
+    let mut ids = vec![high.clone()];
+    ids.extend(low.iter().cloned());
+    let runs = wait_all(&server, &ids);
+    let (max, samples) = sampler.finish();
+    assert!(
+        max == 1 && samples > 100,
+        "{max} step processes alive at once ({samples} samples)"
+    );
+    assert_eq!(server.wait_terminal(&blocker, WITHIN)["state"], "succeeded");
+    let mut expected = Vec::new();
+    for run in &runs {
+        assert_eq!(run["state"], "succeeded", "{run:#}");
+        assert_eq!(attempts(run, 0).len(), 1, "{run:#}");
+        expected.push(fences(run, 0)[0]);
+    }
+    // One slot: the steps ran one after another, the run of higher priority first, then
+    // the others in submit order; each once.
+    assert_eq!(written_fences(&out), expected, "start order");
+    assert_eq!(local_pool(&server), (0, 1), "no slot leaked");
     server.kill9();
 }
 

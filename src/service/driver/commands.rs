@@ -575,7 +575,7 @@ impl<E: Executor> Driver<E> {
         super::super::protocol::QueueView {
             pools: Pool::ALL
                 .into_iter()
-                .map(|p| (p.as_str(), scheduler.used(p), limits.pool(p)))
+                .map(|p| (p.as_str(), scheduler.started(p), limits.pool(p)))
                 .collect(),
             locks: limits
                 .locks

@@ -90,27 +90,30 @@ impl<E: Executor> Driver<E> {
         now: Timestamp,
         batch: &mut Batch,
     ) -> Result<(), StoreError> {
-        batch.settled_messages.push(id);
         match result {
             Ok(()) => {
-                let Some(message) = tx.outbox_delete(id)? else {
-                    return Ok(());
-                };
-                if let OutboxPayload::Launch(launch) = message.payload {
-                    let step = usize::from(launch.step);
-                    let input = Input::LaunchConfirmed {
-                        step,
+                if let Some(OutboxMessage {
+                    payload: OutboxPayload::Launch(launch),
+                    ..
+                }) = tx.outbox_get(id)?
+                {
+                    let parked = Parked {
+                        message: id,
+                        run: launch.run,
+                        step: usize::from(launch.step),
                         fence: launch.fence,
                     };
-                    let _ = self.apply_input(tx, launch.run, input, now, batch)?;
-                    // The step may start only if this commit makes it a running attempt
-                    // nobody asked to stop; otherwise its kill (or its end) settles it.
-                    if self.confirmed_and_wanted(launch.run, step, launch.fence) {
-                        batch.recorded_launches.push(launch.fence);
+                    if self.waits_for_slot(parked) {
+                        // Its message stays in the outbox, claimed: a restart (or a failed
+                        // commit) delivers it again.
+                        self.parked.push(parked);
+                        return Ok(());
                     }
                 }
+                self.settle_delivered(tx, id, now, batch)?;
             }
             Err(failure) => {
+                batch.settled_messages.push(id);
                 let Some(mut message) = tx.outbox_get(id)? else {
                     return Ok(());
                 };
@@ -280,6 +283,76 @@ impl<E: Executor> Driver<E> {
         };
         tx.append_history(letter.message.payload.run(), &record)?;
         Ok(Ok(()))
+    }
+
+    /// A delivered message leaves the outbox; a launch is recorded as confirmed, and its
+    /// go follows the commit.
+    fn settle_delivered(
+        &mut self,
+        tx: &mut WriteTx,
+        id: u64,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        batch.settled_messages.push(id);
+        let Some(message) = tx.outbox_delete(id)? else {
+            return Ok(());
+        };
+        if let OutboxPayload::Launch(launch) = message.payload {
+            let step = usize::from(launch.step);
+            let input = Input::LaunchConfirmed {
+                step,
+                fence: launch.fence,
+            };
+            let _ = self.apply_input(tx, launch.run, input, now, batch)?;
+            // The step may start only if this commit makes it a running attempt
+            // nobody asked to stop; otherwise its kill (or its end) settles it.
+            if self.confirmed_and_wanted(launch.run, step, launch.fence) {
+                batch.recorded_launches.push(launch.fence);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether a delivered launch must wait for a slot: its attempt is still launching,
+    /// nobody asked to stop it, and the pool has no room for it yet. A launch that no
+    /// longer waits (its run ended, it was stopped) is settled as any other.
+    fn waits_for_slot(&self, launch: Parked) -> bool {
+        let launching = self
+            .runs
+            .get(&launch.run)
+            .and_then(|r| r.steps.get(launch.step))
+            .and_then(|s| s.attempts.iter().find(|a| a.fence == launch.fence))
+            .is_some_and(|a| a.state == crate::engine::AttemptState::Launching && a.kill.is_none());
+        launching && !self.scheduler.may_start(launch.run, launch.step)
+    }
+
+    /// Whether a prepared launch could start now (a reload raised the limit).
+    pub(super) fn parked_may_start(&self) -> bool {
+        self.parked.iter().any(|p| !self.waits_for_slot(*p))
+    }
+
+    /// Starts every prepared launch that has its slot now, and settles those that no
+    /// longer wait. Each is recorded as confirmed in this batch, and its go follows the
+    /// commit.
+    pub(super) fn start_parked(
+        &mut self,
+        tx: &mut WriteTx,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        let mut index = 0;
+        while index < self.parked.len() {
+            let parked = self.parked[index];
+            if self.waits_for_slot(parked) {
+                index += 1;
+                continue;
+            }
+            self.parked.swap_remove(index);
+            // Should the batch fail, the settled message is delivered again.
+            self.settle_delivered(tx, parked.message, now, batch)?;
+        }
+        Ok(())
     }
 
     pub(super) fn confirmed_and_wanted(

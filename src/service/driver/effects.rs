@@ -141,8 +141,11 @@ impl<E: Executor> Driver<E> {
         use crate::engine::admission::{Pool, WaitingFor};
         for pool in Pool::ALL {
             let limit = self.scheduler.limits().pool(pool);
-            self.metrics
-                .pool(pool.as_str(), self.scheduler.used(pool), u64::from(limit));
+            self.metrics.pool(
+                pool.as_str(),
+                self.scheduler.started(pool),
+                u64::from(limit),
+            );
         }
         for reason in WaitingFor::ALL {
             self.metrics

@@ -75,6 +75,20 @@ pub struct Driver<E: Executor> {
     started_at: Timestamp,
     /// The live event stream: each batch's history records once it committed.
     events: Arc<super::events::Events>,
+    /// Launches delivered (their supervisor waits at the launch handshake) that may not
+    /// start yet (`Scheduler::may_start`): prepared ahead while the pool is full. Their
+    /// messages stay in the outbox, claimed, until a batch starts them. At most the
+    /// pool's admitted launches.
+    parked: Vec<Parked>,
+}
+
+/// A delivered launch waiting for its slot.
+#[derive(Clone, Copy)]
+struct Parked {
+    message: u64,
+    run: RunId,
+    step: usize,
+    fence: crate::engine::Fence,
 }
 
 /// What one batch changed, to write once per run at its end.
@@ -145,9 +159,10 @@ impl<E: Executor> Driver<E> {
         self.readopt(Some(ready));
         self.outbox.wake();
         loop {
-            if self.scheduler.has_decided() {
+            if self.scheduler.has_decided() || self.parked_may_start() {
                 // Admissions decided outside a batch (at start, after a reload of the
-                // limits) are committed before anything else.
+                // limits), and prepared launches a reload made room for, are committed
+                // before anything else.
                 self.commit(Vec::new()).await;
                 continue;
             }
@@ -204,6 +219,9 @@ impl<E: Executor> Driver<E> {
                     Pending::Report(report) => self.on_report(&mut tx, report, now, &mut batch)?,
                 }
             }
+            // Launches prepared ahead start first, in the slots this batch freed; then
+            // what the batch admitted.
+            self.start_parked(&mut tx, now, &mut batch)?;
             self.admit_decided(&mut tx, now, &mut batch)?;
             self.flush(&mut tx, &batch)?;
             tx.set_fence_next(self.fences.next_value())?;
@@ -340,6 +358,9 @@ impl<E: Executor> Driver<E> {
             reply(Some(error));
         }
         self.outbox.settle(&batch.settled_messages);
+        // Prepared launches are delivered again: each finds its supervisor still waiting.
+        let parked: Vec<u64> = self.parked.drain(..).map(|p| p.message).collect();
+        self.outbox.settle(&parked);
         if let Err(error) = self.reload().await {
             tracing::error!(%error, "reload after a failed commit failed");
         }

@@ -32,6 +32,7 @@ impl<E: Executor> Driver<E> {
             metrics,
             started_at: Timestamp(0),
             events,
+            parked: Vec::new(),
         };
         driver.reload().await?;
         // Schedule fires due before now came due while no service ran: missed.
