@@ -277,6 +277,15 @@ struct RunEntry {
 }
 
 impl RunEntry {
+    /// Where the run's `step` stands in admission order.
+    fn key(&self, run: RunId, step: usize) -> Key {
+        Key {
+            order: self.order,
+            run,
+            step,
+        }
+    }
+
     /// Steps counted against the run's parallelism: active ones and queued ones past
     /// that stage.
     fn parallel(&self) -> u32 {
@@ -426,11 +435,7 @@ impl Scheduler {
         let (Some(pool), true) = (hold.pool, hold.launching) else {
             return true;
         };
-        let key = Key {
-            order: entry.order,
-            run: id,
-            step,
-        };
+        let key = entry.key(id, step);
         let ahead: u64 = self.launching[pool.index()]
             .range(..=key)
             .map(|(_, slots)| u64::from(*slots))
@@ -443,11 +448,7 @@ impl Scheduler {
         let Some(entry) = self.runs.get_mut(&id) else {
             return;
         };
-        let key = Key {
-            order: entry.order,
-            run: id,
-            step,
-        };
+        let key = entry.key(id, step);
         let Some(hold) = entry.holds.get_mut(&step) else {
             return;
         };
@@ -720,11 +721,7 @@ impl Scheduler {
         let Some(entry) = self.runs.get_mut(&id) else {
             return;
         };
-        let key = Key {
-            order: entry.order,
-            run: id,
-            step,
-        };
+        let key = entry.key(id, step);
         entry.queued.insert(
             step,
             Queued {
