@@ -444,6 +444,8 @@ impl Scheduler {
     }
 
     /// Records whether the step's attempt is still launching (its launch not started).
+    /// Only local launches are held at the launch handshake; a Pod starts as it is
+    /// created, so a Kubernetes step counts as started from its admission.
     fn set_launching(&mut self, id: RunId, step: usize, launching: bool) {
         let Some(entry) = self.runs.get_mut(&id) else {
             return;
@@ -452,19 +454,17 @@ impl Scheduler {
         let Some(hold) = entry.holds.get_mut(&step) else {
             return;
         };
-        let Some(pool) = hold.pool else {
-            return;
-        };
-        if hold.launching == launching {
+        if hold.pool != Some(Pool::Local) || hold.launching == launching {
             return;
         }
         hold.launching = launching;
+        let pool = Pool::Local.index();
         if launching {
-            self.launching[pool.index()].insert(key, hold.slots);
-            self.launching_slots[pool.index()] += u64::from(hold.slots);
+            self.launching[pool].insert(key, hold.slots);
+            self.launching_slots[pool] += u64::from(hold.slots);
         } else {
-            self.launching[pool.index()].remove(&key);
-            self.launching_slots[pool.index()] -= u64::from(hold.slots);
+            self.launching[pool].remove(&key);
+            self.launching_slots[pool] -= u64::from(hold.slots);
         }
     }
 

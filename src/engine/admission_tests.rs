@@ -275,7 +275,8 @@ impl World {
                     _ => 0,
                 };
                 admitted[pool] += u64::from(spec.slots);
-                if !launching(progress) {
+                // A Pod starts as it is created: only local launches wait.
+                if pool == 1 || !launching(progress) {
                     used[pool] += u64::from(spec.slots);
                 }
                 for lock in &spec.locks {

@@ -924,8 +924,7 @@ impl ReadTx {
         Ok(events)
     }
 
-    /// Up to `limit` outbox messages due at or before `now`, earliest first.
-    /// Up to `limit` messages due at `now`, in order of due time, leaving out (and not
+    /// Up to `limit` outbox messages due at or before `now`, in order of due time, leaving out (and not
     /// counting) those `skip` names: messages already being delivered, or launches waiting
     /// for a slot, must not take the room of the others.
     pub fn due_outbox(
