@@ -10,7 +10,7 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -165,9 +165,7 @@ fn run_attempt(
         )));
     }
     // Signals first: a stop request must never kill the supervisor itself.
-    let (events_tx, events) = mpsc::channel();
-    // Ends (and is joined) when this function returns, whichever way.
-    let _listener = listen(events_tx.clone(), handshake.try_clone()?)?;
+    let mut watch = Watch::new(File::from(handshake.try_clone()?))?;
     let me = ProcessIdentity::of(std::process::id() as i32)
         .ok_or_else(|| io::Error::other("cannot read this process's own start time"))?;
     // Not fsynced: what makes a relaunch safe after a power cut is the store, not this
@@ -192,7 +190,11 @@ fn run_attempt(
         )
         .and_then(|paths| Confinement::build(&paths))
     });
-    let go = match wait_for_go(dir, &events)? {
+    // The thread that will spawn the step, started while the service records the launch
+    // too (a thread costs tens of microseconds to start on a virtual machine). Without
+    // one (the system is out of threads), the go tries again.
+    let mut spawner = Spawner::ready(mask_for_steps()).ok();
+    let go = match wait_for_go(dir, &mut watch)? {
         Handshake::Go(go) => go,
         Handshake::Stop(reason) => {
             return Ok(Some(never_ran_verdict(
@@ -261,9 +263,23 @@ fn run_attempt(
     };
     let masker = || Masker::new(go.env.iter().map(|(_, value)| value.as_bytes()));
     let started_at = now();
-    let spawned = spawn_confined(command(spec, &local, &go.env), confinement, events_tx);
-    let started = match spawned {
+    let spawner = match spawner.take() {
+        Some(spawner) => Ok(spawner),
+        None => Spawner::ready(mask_for_steps()),
+    };
+    let spawned = spawner
+        .map_err(Spawn::Thread)
+        .and_then(|spawner| spawner.spawn(command(spec, &local, &go.env), confinement));
+    let mut child = match spawned {
         Ok(child) => child,
+        Err(Spawn::Thread(error)) => {
+            let reason = format!("cannot start the thread that starts the step: {error}");
+            return Ok(Some(never_ran_verdict(
+                Outcome::Failed(FailureClass::InfraNeverStarted),
+                &reason,
+                false,
+            )));
+        }
         Err(Spawn::Confine(error)) => {
             let reason = format!("cannot confine the step: {error}");
             return Ok(Some(never_ran_verdict(
@@ -281,44 +297,34 @@ fn run_attempt(
             )));
         }
     };
-    let Started {
-        pid,
-        stdout,
-        stderr,
-        thread,
-    } = started;
-    let (copied_tx, copied) = mpsc::channel();
-    let mut streams = Vec::with_capacity(2);
-    if let Some(out) = stdout {
-        streams.push(Stream::new(out.into(), dir.join(files::STDOUT), masker()));
+    let pid = child.id() as i32;
+    if let Some(out) = child.stdout.take() {
+        watch.capture(Stream::new(out.into(), dir.join(files::STDOUT), masker()));
     }
-    if let Some(err) = stderr {
-        streams.push(Stream::new(err.into(), dir.join(files::STDERR), masker()));
+    if let Some(err) = child.stderr.take() {
+        watch.capture(Stream::new(err.into(), dir.join(files::STDERR), masker()));
     }
-    capture(streams, copied_tx);
+    watch.watch_exit(child);
     // What lets a later service stop this step if this supervisor dies. A full disk must
     // not end the supervision of a step that already runs (returning here would orphan
     // it): without the record, this supervisor still stops the step's group at its end.
     if let Some(identity) = ProcessIdentity::of(pid) {
         let _ = files::append_child(dir, &identity);
     }
-    let ended = wait_for_end(dir, spec, pid, &events);
+    let ended = wait_for_end(dir, spec, pid, &mut watch);
     if ended.is_err() {
         // Whatever went wrong, nothing of this attempt may outlive its supervisor.
         signal_group(pid, Signal::KILL);
+        *ending = Ending::Exit;
     }
     let (status, stopped_for) = ended?;
     // Leftovers of the step (its background children) die with it: a retry must never
     // overlap anything of this attempt.
     signal_group(pid, Signal::KILL);
     // The output's last bytes reach the log before the verdict. A process that left the
-    // step's group and still holds a pipe is not waited for beyond a bound; the thread
-    // copying it then goes on, so this process must not take another attempt.
-    if copied.recv_timeout(OUTPUT_DRAIN).is_err() {
-        *ending = Ending::Exit;
-    }
-    // The spawning thread's last act was to send the step's exit status.
-    if thread.join().is_err() {
+    // step's group and still holds a pipe is not waited for beyond a bound; it may still
+    // run, so this process must not take another attempt.
+    if !watch.drain(Instant::now() + OUTPUT_DRAIN)? {
         *ending = Ending::Exit;
     }
     Ok(Some(classify_exit(status, stopped_for, spec, started_at)))
@@ -327,18 +333,18 @@ fn run_attempt(
 /// The launch handshake: the service writes one byte to our stdin once its store holds
 /// the launch as confirmed. End of file (the service died or stopped first) means the
 /// launch was never recorded, so the step must not start.
-fn wait_for_go(dir: &Path, events: &mpsc::Receiver<Event>) -> io::Result<Handshake> {
+fn wait_for_go(dir: &Path, watch: &mut Watch) -> io::Result<Handshake> {
     let go = loop {
-        match events.recv() {
-            Ok(Event::Go(Some(go))) => break go,
-            Ok(Event::Go(None)) | Err(_) => return Ok(Handshake::ServiceGone),
+        match watch.next(None)? {
+            Some(Event::Go(Some(go))) => break go,
+            Some(Event::Go(None)) => return Ok(Handshake::ServiceGone),
             // A stop request while waiting: the step never starts.
-            Ok(Event::Signalled) => {
+            Some(Event::Signalled) => {
                 if let Some(reason) = files::read_kill(dir)? {
                     return Ok(Handshake::Stop(reason));
                 }
             }
-            Ok(Event::Exited(_)) => {}
+            Some(Event::Exited(_)) | None => {}
         }
     };
     // A stop written just before the go byte.
@@ -458,83 +464,92 @@ fn command(spec: &Spec, local: &files::LocalCommand, secrets: &[(String, String)
 
 /// Why a step could not be started.
 enum Spawn {
+    /// No thread could be started to spawn it from.
+    Thread(io::Error),
     /// Its umask or its confinement could not be put in place.
     Confine(io::Error),
     /// Spawning it failed (see `classify_spawn_error`).
     Exec(io::Error),
 }
 
-/// The step once spawned: its pid, the supervisor's ends of its output pipes, and the
-/// thread that waits for it.
-struct Started {
-    pid: i32,
-    stdout: Option<std::process::ChildStdout>,
-    stderr: Option<std::process::ChildStderr>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-/// Spawns the step from a thread of its own that first takes on what the step must
-/// inherit: the umask the service was started with (Scarab's own files are private, umask
-/// 077, see `service::private_files`) in a filesystem context of its own, and the
-/// Landlock confinement, which binds the calling thread and what it starts, never the
-/// rest of this supervisor. With no hook to run between fork and exec, the standard
-/// library starts the step with `posix_spawn` (a vfork: no copy of this process's memory
-/// to make and tear down again), where it can. The thread then waits for the step and
-/// sends its exit status to `exited`.
-fn spawn_confined(
-    mut command: Command,
-    confinement: Confinement,
-    exited: mpsc::Sender<Event>,
-) -> Result<Started, Spawn> {
-    let mask = std::env::var(crate::service::STEP_UMASK_VAR)
+/// The umask steps are started with (`service::STEP_UMASK_VAR`), if the service set one.
+fn mask_for_steps() -> Option<rustix::fs::Mode> {
+    std::env::var(crate::service::STEP_UMASK_VAR)
         .ok()
         .and_then(|m| u32::from_str_radix(&m, 8).ok())
         .filter(|m| *m <= 0o777)
-        .map(rustix::fs::Mode::from_bits_truncate);
-    let (started_tx, started) = mpsc::channel();
-    let thread = std::thread::spawn(move || {
-        let spawned = (|| {
-            if let Some(mask) = mask {
-                // SAFETY: a plain system call; it gives this thread its own copy of the
-                // process's filesystem context (cwd, root, umask).
-                if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
-                    return Err(Spawn::Confine(io::Error::last_os_error()));
-                }
-                rustix::process::umask(mask);
-            }
-            confinement.apply().map_err(Spawn::Confine)?;
-            command.spawn().map_err(Spawn::Exec)
-        })();
-        let mut child = match spawned {
-            Ok(child) => child,
-            Err(failure) => {
-                let _ = started_tx.send(Err(failure));
+        .map(rustix::fs::Mode::from_bits_truncate)
+}
+
+/// A thread of its own that spawns the step once given it, having first taken on what the
+/// step must inherit: the umask the service was started with (Scarab's own files are
+/// private, umask 077, see `service::private_files`) in a filesystem context of its own,
+/// and the Landlock confinement, which binds the calling thread and what it starts, never
+/// the rest of this supervisor. With no hook to run between fork and exec, the standard
+/// library starts the step with `posix_spawn` (a vfork: no copy of this process's memory
+/// to make and tear down again), where it can. The thread ends once the step is spawned:
+/// a confined thread never starts a second step (each attempt has a Landlock domain of
+/// its own). Made ready before the go, so the step's start waits only for the spawn.
+struct Spawner {
+    order: Option<mpsc::Sender<(Command, Confinement)>>,
+    spawned: mpsc::Receiver<Result<Child, Spawn>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Spawner {
+    fn ready(mask: Option<rustix::fs::Mode>) -> io::Result<Spawner> {
+        let (order, orders) = mpsc::channel::<(Command, Confinement)>();
+        let (spawned_tx, spawned) = mpsc::channel();
+        let thread = std::thread::Builder::new().spawn(move || {
+            // No order: the step is not started (stopped, or the service went away).
+            let Ok((mut command, confinement)) = orders.recv() else {
                 return;
-            }
-        };
-        let _ = started_tx.send(Ok((
-            child.id() as i32,
-            child.stdout.take(),
-            child.stderr.take(),
-        )));
-        if let Ok(status) = child.wait() {
-            let _ = exited.send(Event::Exited(status));
-        }
-    });
-    match started.recv() {
-        Ok(Ok((pid, stdout, stderr))) => Ok(Started {
-            pid,
-            stdout,
-            stderr,
-            thread,
-        }),
-        Ok(Err(failure)) => {
+            };
+            let spawned = (|| {
+                if let Some(mask) = mask {
+                    // SAFETY: a plain system call; it gives this thread its own copy of
+                    // the process's filesystem context (cwd, root, umask).
+                    if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
+                        return Err(Spawn::Confine(io::Error::last_os_error()));
+                    }
+                    rustix::process::umask(mask);
+                }
+                confinement.apply().map_err(Spawn::Confine)?;
+                command.spawn().map_err(Spawn::Exec)
+            })();
+            let _ = spawned_tx.send(spawned);
+        })?;
+        Ok(Spawner {
+            order: Some(order),
+            spawned,
+            thread: Some(thread),
+        })
+    }
+
+    /// Spawns `command` confined by `confinement`; the thread has ended when this returns.
+    fn spawn(mut self, command: Command, confinement: Confinement) -> Result<Child, Spawn> {
+        let ordered = self
+            .order
+            .take()
+            .is_some_and(|order| order.send((command, confinement)).is_ok());
+        let spawned = ordered.then(|| self.spawned.recv().ok()).flatten();
+        // Joined (by drop) before the step is watched: nothing of this thread is left.
+        drop(self);
+        spawned.unwrap_or_else(|| {
+            Err(Spawn::Thread(io::Error::other(
+                "the spawning thread ended early",
+            )))
+        })
+    }
+}
+
+impl Drop for Spawner {
+    fn drop(&mut self) {
+        // Without an order the thread returns at once.
+        self.order.take();
+        if let Some(thread) = self.thread.take() {
             let _ = thread.join();
-            Err(failure)
         }
-        Err(_) => Err(Spawn::Confine(io::Error::other(
-            "the spawning thread ended early",
-        ))),
     }
 }
 
@@ -597,50 +612,184 @@ impl Stream {
     }
 }
 
-/// Copies the step's output pipes into their log files from one thread, masking secret
-/// values. Signals `done` once every stream has ended.
-fn capture(mut streams: Vec<Stream>, done: mpsc::Sender<()>) {
-    use rustix::event::{PollFd, PollFlags};
-    std::thread::spawn(move || {
-        // Not zeroed: the pages are touched only as output arrives, and a step that prints
-        // nothing costs none.
-        let mut buffer: Vec<u8> = Vec::with_capacity(64 * 1024);
-        while !streams.is_empty() {
-            let mut ready: Vec<PollFd> = streams
-                .iter()
-                .map(|stream| PollFd::new(&stream.from, PollFlags::IN))
-                .collect();
-            match rustix::event::poll(&mut ready, None) {
-                Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(_) => break,
-            }
-            let readable: Vec<bool> = ready.iter().map(|r| !r.revents().is_empty()).collect();
-            drop(ready);
-            let mut ended = Vec::new();
-            for (index, stream) in streams.iter_mut().enumerate() {
-                if !readable[index] {
-                    continue;
-                }
-                match rustix::io::read(&stream.from, buffer.spare_capacity_mut()) {
-                    Ok(([], _)) => ended.push(index),
-                    Ok((read, _)) => stream.write(read),
-                    Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
-                    Err(_) => ended.push(index),
-                }
-            }
-            for index in ended.into_iter().rev() {
-                streams.remove(index).finish();
-            }
-        }
-        for stream in streams {
-            stream.finish();
-        }
-        let _ = done.send(());
-    });
-}
-
 fn append(path: &Path) -> io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// What one attempt's supervisor waits for, all from its one thread: stop requests (SIGTERM,
+/// SIGINT, SIGHUP, through the self-pipe), the launch handshake's go, the step's exit (its
+/// pidfd) and its output, which is copied into the log files as it arrives, masking
+/// secret values. A stop request must never kill the supervisor itself.
+struct Watch {
+    signals: &'static std::os::unix::net::UnixStream,
+    /// The service's end of the launch handshake, until its answer (the go or end of file).
+    handshake: Option<io::BufReader<File>>,
+    /// The step once spawned, until it is reaped.
+    step: Option<Watched>,
+    streams: Vec<Stream>,
+    buffer: Vec<u8>,
+}
+
+/// A spawned step and what tells its exit: a pidfd, readable once it has exited, or `None`
+/// on a kernel without them (before Linux 5.3), where it is looked at every `EXIT_POLL`.
+struct Watched {
+    child: Child,
+    exit: Option<std::os::fd::OwnedFd>,
+}
+
+/// How often a step's exit is looked for where the kernel has no pidfd.
+const EXIT_POLL: Duration = Duration::from_millis(10);
+
+impl Watch {
+    fn new(handshake: File) -> io::Result<Watch> {
+        Ok(Watch {
+            signals: signal_pipe()?,
+            handshake: Some(io::BufReader::new(handshake)),
+            step: None,
+            streams: Vec::with_capacity(2),
+            // Not zeroed: the pages are touched only as output arrives, and a step that
+            // prints nothing costs none.
+            buffer: Vec::with_capacity(64 * 1024),
+        })
+    }
+
+    fn capture(&mut self, stream: Stream) {
+        self.streams.push(stream);
+    }
+
+    fn watch_exit(&mut self, child: Child) {
+        let exit = Pid::from_raw(child.id() as i32).and_then(|pid| {
+            rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+        });
+        self.step = Some(Watched { child, exit });
+    }
+
+    /// The next event, copying output meanwhile; `None` once `deadline` has passed.
+    fn next(&mut self, deadline: Option<Instant>) -> io::Result<Option<Event>> {
+        loop {
+            match self.poll(deadline)? {
+                Polled::Event(event) => return Ok(Some(event)),
+                Polled::Copied => {}
+                Polled::Late => return Ok(None),
+            }
+        }
+    }
+
+    /// Waits once, until something is ready or `deadline` passes.
+    fn poll(&mut self, deadline: Option<Instant>) -> io::Result<Polled> {
+        use rustix::event::{PollFd, PollFlags};
+        use std::io::Read;
+        {
+            if let Some(step) = &mut self.step
+                && step.exit.is_none()
+                && let Some(status) = step.child.try_wait()?
+            {
+                self.step = None;
+                return Ok(Polled::Event(Event::Exited(status)));
+            }
+            let mut wait = deadline.map(|at| at.saturating_duration_since(Instant::now()));
+            if wait == Some(Duration::ZERO) {
+                return Ok(Polled::Late);
+            }
+            if self.step.as_ref().is_some_and(|step| step.exit.is_none()) {
+                wait = Some(wait.map_or(EXIT_POLL, |wait| wait.min(EXIT_POLL)));
+            }
+            let (signalled, answered, exited, readable) = {
+                let mut ready = vec![PollFd::new(self.signals, PollFlags::IN)];
+                let handshake_at = self.handshake.as_ref().map(|handshake| {
+                    ready.push(PollFd::new(handshake.get_ref(), PollFlags::IN));
+                    ready.len() - 1
+                });
+                let exit_at = self
+                    .step
+                    .as_ref()
+                    .and_then(|step| step.exit.as_ref())
+                    .map(|exit| {
+                        ready.push(PollFd::new(exit, PollFlags::IN));
+                        ready.len() - 1
+                    });
+                let streams_at = ready.len();
+                ready.extend(
+                    self.streams
+                        .iter()
+                        .map(|stream| PollFd::new(&stream.from, PollFlags::IN)),
+                );
+                let timeout = wait.and_then(|wait| rustix::fs::Timespec::try_from(wait).ok());
+                match rustix::event::poll(&mut ready, timeout.as_ref()) {
+                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                    Err(error) => return Err(error.into()),
+                }
+                let seen = |at: Option<usize>| {
+                    at.and_then(|i| ready.get(i))
+                        .is_some_and(|r| !r.revents().is_empty())
+                };
+                let readable: Vec<bool> = ready[streams_at..]
+                    .iter()
+                    .map(|r| !r.revents().is_empty())
+                    .collect();
+                (seen(Some(0)), seen(handshake_at), seen(exit_at), readable)
+            };
+            self.copy(&readable);
+            if signalled {
+                let mut bytes = [0u8; 64];
+                while matches!(self.signals.read(&mut bytes), Ok(n) if n > 0) {}
+                return Ok(Polled::Event(Event::Signalled));
+            }
+            if answered && let Some(mut handshake) = self.handshake.take() {
+                return Ok(Polled::Event(Event::Go(Go::read(&mut handshake))));
+            }
+            if exited && let Some(mut step) = self.step.take() {
+                // Readable once it has exited: reaping it does not block.
+                let status = step.child.wait()?;
+                return Ok(Polled::Event(Event::Exited(status)));
+            }
+            Ok(Polled::Copied)
+        }
+    }
+
+    /// Copies what the readable streams hold; a stream at its end is finished.
+    fn copy(&mut self, readable: &[bool]) {
+        let mut ended = Vec::new();
+        for (index, stream) in self.streams.iter_mut().enumerate() {
+            if !readable.get(index).copied().unwrap_or(false) {
+                continue;
+            }
+            match rustix::io::read(&stream.from, self.buffer.spare_capacity_mut()) {
+                Ok(([], _)) => ended.push(index),
+                Ok((read, _)) => stream.write(read),
+                Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => {}
+                Err(_) => ended.push(index),
+            }
+        }
+        for index in ended.into_iter().rev() {
+            self.streams.remove(index).finish();
+        }
+    }
+
+    /// Copies output until every stream has ended (`true`) or `until` passes (`false`):
+    /// then what was read is in the log and the pipes are closed.
+    fn drain(&mut self, until: Instant) -> io::Result<bool> {
+        // Stop requests and the handshake no longer matter: the step has ended.
+        self.handshake = None;
+        while !self.streams.is_empty() {
+            if let Polled::Late = self.poll(Some(until))? {
+                for stream in self.streams.drain(..) {
+                    stream.finish();
+                }
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// What one wait of a `Watch` saw.
+enum Polled {
+    Event(Event),
+    /// Output only (or nothing, a signal interrupted the wait).
+    Copied,
+    /// The deadline passed.
+    Late,
 }
 
 /// Waits for the step to exit, stopping it at its timeout or at Scarab's request.
@@ -649,121 +798,39 @@ fn wait_for_end(
     dir: &Path,
     spec: &Spec,
     pid: i32,
-    events: &mpsc::Receiver<Event>,
+    watch: &mut Watch,
 ) -> io::Result<(ExitStatus, Option<KillReason>)> {
     let deadline = Instant::now() + Duration::from_millis(spec.launch.timeout_ms);
     let grace = Duration::from_millis(spec.kill_grace_ms);
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match events.recv_timeout(left) {
-            Ok(Event::Exited(status)) => return Ok((status, None)),
-            Ok(Event::Go(_)) => {}
-            Ok(Event::Signalled) => {
+        match watch.next(Some(deadline))? {
+            Some(Event::Exited(status)) => return Ok((status, None)),
+            Some(Event::Go(_)) => {}
+            Some(Event::Signalled) => {
                 // The service asks by writing kill.json first; a bare signal (a stray
                 // `kill`, a terminal hang-up) is not a stop request.
                 if let Some(reason) = files::read_kill(dir)? {
-                    return Ok((stop(pid, grace, events)?, Some(reason)));
+                    return Ok((stop(pid, grace, watch)?, Some(reason)));
                 }
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                return Ok((stop(pid, grace, events)?, Some(KillReason::Timeout)));
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(io::Error::other("lost track of the step process"));
-            }
+            None => return Ok((stop(pid, grace, watch)?, Some(KillReason::Timeout))),
         }
     }
 }
 
 /// SIGTERM to the step's group, SIGKILL after the grace period; waits for the exit.
-fn stop(pid: i32, grace: Duration, events: &mpsc::Receiver<Event>) -> io::Result<ExitStatus> {
+fn stop(pid: i32, grace: Duration, watch: &mut Watch) -> io::Result<ExitStatus> {
     signal_group(pid, Signal::TERM);
     let deadline = Instant::now() + grace;
     let mut killed = false;
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let wait = if killed {
-            Duration::from_secs(3600)
-        } else {
-            left
-        };
-        match events.recv_timeout(wait) {
-            Ok(Event::Exited(status)) => return Ok(status),
-            Ok(Event::Signalled | Event::Go(_)) => {}
-            Err(mpsc::RecvTimeoutError::Timeout) => {
+        match watch.next((!killed).then_some(deadline))? {
+            Some(Event::Exited(status)) => return Ok(status),
+            Some(Event::Signalled | Event::Go(_)) => {}
+            None => {
                 signal_group(pid, Signal::KILL);
                 killed = true;
             }
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(io::Error::other("lost track of the step process"));
-            }
-        }
-    }
-}
-
-/// The supervisor's listening thread for one attempt: the launch handshake's answer (one
-/// `Event::Go`), and stop requests (SIGTERM, SIGINT, SIGHUP, through a self-pipe) as
-/// `Event::Signalled`. A stop request must never kill the supervisor itself. The thread
-/// ends, and is joined, when the returned `Listener` is dropped.
-fn listen(events: mpsc::Sender<Event>, handshake: std::os::fd::OwnedFd) -> io::Result<Listener> {
-    use rustix::event::{PollFd, PollFlags};
-    use std::io::Read;
-    let signals = signal_pipe()?;
-    let (quit, quit_tx) = io::pipe()?;
-    let thread = std::thread::spawn(move || {
-        let mut handshake = Some(io::BufReader::new(File::from(handshake)));
-        loop {
-            let (signalled, answered, quitting) = {
-                let mut ready = vec![
-                    PollFd::new(signals, PollFlags::IN),
-                    PollFd::new(&quit, PollFlags::IN),
-                ];
-                if let Some(handshake) = &handshake {
-                    ready.push(PollFd::new(handshake.get_ref(), PollFlags::IN));
-                }
-                match rustix::event::poll(&mut ready, None) {
-                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                    Err(_) => return,
-                }
-                let seen = |i: usize| ready.get(i).is_some_and(|r| !r.revents().is_empty());
-                (seen(0), seen(2), seen(1))
-            };
-            if quitting {
-                return;
-            }
-            if signalled {
-                let mut bytes = [0u8; 64];
-                while matches!((&*signals).read(&mut bytes), Ok(n) if n > 0) {}
-                if events.send(Event::Signalled).is_err() {
-                    return;
-                }
-            }
-            if answered
-                && let Some(mut reader) = handshake.take()
-                && events.send(Event::Go(Go::read(&mut reader))).is_err()
-            {
-                return;
-            }
-        }
-    });
-    Ok(Listener {
-        quit: Some(quit_tx),
-        thread: Some(thread),
-    })
-}
-
-/// The listening thread of one attempt; dropping this ends and joins it.
-struct Listener {
-    quit: Option<io::PipeWriter>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        // Closing the write end wakes the thread's poll.
-        self.quit.take();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
         }
     }
 }
