@@ -642,15 +642,21 @@ const EXIT_POLL: Duration = Duration::from_millis(10);
 
 impl Watch {
     fn new(handshake: File) -> io::Result<Watch> {
-        Ok(Watch {
-            signals: signal_pipe()?,
+        Ok(Watch::with_signals(handshake, signal_pipe()?))
+    }
+
+    /// With `signals` as the stop-signal pipe (tests give their own, so that the test
+    /// process's own signals keep their default actions).
+    fn with_signals(handshake: File, signals: &'static std::os::unix::net::UnixStream) -> Watch {
+        Watch {
+            signals,
             handshake: Some(io::BufReader::new(handshake)),
             step: None,
             streams: Vec::with_capacity(2),
             // Not zeroed: the pages are touched only as output arrives, and a step that
             // prints nothing costs none.
             buffer: Vec::with_capacity(64 * 1024),
-        })
+        }
     }
 
     fn capture(&mut self, stream: Stream) {
@@ -982,6 +988,157 @@ fn now() -> Timestamp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+
+    /// A watch on a handshake and a signal pipe of the test's own: the ends to write the
+    /// go and the "signals" to, and the watch.
+    fn watch() -> (UnixStream, UnixStream, Watch) {
+        let (service, supervisor) = UnixStream::pair().expect("handshake");
+        let (signals, raised) = UnixStream::pair().expect("signal pipe");
+        raised.set_nonblocking(true).expect("nonblocking");
+        let raised: &'static UnixStream = Box::leak(Box::new(raised));
+        let watch = Watch::with_signals(File::from(std::os::fd::OwnedFd::from(supervisor)), raised);
+        (service, signals, watch)
+    }
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("scarab-watch-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch");
+        dir
+    }
+
+    /// Spawns `script` with piped output, watched by `watch`; `pidfd: false` takes the path
+    /// of a kernel without pidfds (the exit looked for every `EXIT_POLL`).
+    fn start(watch: &mut Watch, dir: &Path, script: &str, pidfd: bool) {
+        let mut child = Command::new("sh")
+            .args(["-c", script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("sh");
+        let out = child.stdout.take().expect("stdout");
+        let err = child.stderr.take().expect("stderr");
+        let secret = || Masker::new([b"hunter2".as_slice()].into_iter());
+        watch.capture(Stream::new(out.into(), dir.join(files::STDOUT), secret()));
+        watch.capture(Stream::new(err.into(), dir.join(files::STDERR), secret()));
+        watch.watch_exit(child);
+        if !pidfd {
+            watch.step.as_mut().expect("watched").exit = None;
+        }
+    }
+
+    #[test]
+    fn a_watch_sees_the_go_then_the_exit_with_all_output_copied_and_masked() {
+        for pidfd in [true, false] {
+            let dir = scratch(&format!("exit-{pidfd}"));
+            let (mut service, _signals, mut watch) = watch();
+            service.write_all(b"g\n").expect("go");
+            match watch.next(Some(Instant::now() + Duration::from_secs(10))) {
+                Ok(Some(Event::Go(Some(go)))) => assert_eq!(go, Go::default()),
+                _ => panic!("no go"),
+            }
+            start(
+                &mut watch,
+                &dir,
+                "seq 1 20000; echo the hunter2 secret >&2; exit 3",
+                pidfd,
+            );
+            let status = loop {
+                match watch.next(Some(Instant::now() + Duration::from_secs(10))) {
+                    Ok(Some(Event::Exited(status))) => break status,
+                    Ok(Some(_)) => {}
+                    Ok(None) => panic!("the step's exit was not seen (pidfd: {pidfd})"),
+                    Err(error) => panic!("{error}"),
+                }
+            };
+            assert_eq!(status.code(), Some(3));
+            assert!(watch.step.is_none(), "the step was reaped");
+            assert!(
+                watch
+                    .drain(Instant::now() + Duration::from_secs(10))
+                    .expect("drain")
+            );
+            let out = std::fs::read_to_string(dir.join(files::STDOUT)).expect("stdout.log");
+            assert_eq!(out.lines().count(), 20000);
+            assert_eq!(out.lines().last(), Some("20000"));
+            let err = std::fs::read_to_string(dir.join(files::STDERR)).expect("stderr.log");
+            assert!(!err.contains("hunter2"), "{err}");
+            assert!(
+                err.starts_with("the ") && err.ends_with(" secret\n"),
+                "{err}"
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+
+    #[test]
+    fn a_watch_reports_signals_a_deadline_and_the_service_gone() {
+        let dir = scratch("deadline");
+        let (service, mut signals, mut watch) = watch();
+        signals.write_all(&[1]).expect("signal");
+        assert!(matches!(watch.next(None), Ok(Some(Event::Signalled))));
+        // The service closes its end before any go: end of file, not a go.
+        drop(service);
+        assert!(matches!(watch.next(None), Ok(Some(Event::Go(None)))));
+        start(&mut watch, &dir, "echo started; exec sleep 30", true);
+        let began = Instant::now();
+        assert!(
+            matches!(
+                watch.next(Some(began + Duration::from_millis(200))),
+                Ok(None)
+            ),
+            "a running step ended the wait before its deadline"
+        );
+        assert!(began.elapsed() >= Duration::from_millis(200));
+        let pid = watch.step.as_ref().expect("still watched").child.id() as i32;
+        signal_group(pid, Signal::KILL);
+        match watch.next(Some(Instant::now() + Duration::from_secs(10))) {
+            Ok(Some(Event::Exited(status))) => assert_eq!(status.signal(), Some(libc::SIGKILL)),
+            _ => panic!("the killed step's exit was not seen"),
+        }
+        assert!(
+            watch
+                .drain(Instant::now() + Duration::from_secs(10))
+                .expect("drain")
+        );
+        let out = std::fs::read_to_string(dir.join(files::STDOUT)).expect("stdout.log");
+        assert_eq!(out, "started\n");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_watch_stops_draining_at_its_bound_when_a_process_keeps_the_output_open() {
+        let dir = scratch("drain");
+        let (_service, _signals, mut watch) = watch();
+        // The background sleep holds stdout open after the shell exits.
+        start(&mut watch, &dir, "echo early; sleep 30 & exit 0", true);
+        let pid = watch.step.as_ref().expect("watched").child.id() as i32;
+        loop {
+            match watch.next(Some(Instant::now() + Duration::from_secs(10))) {
+                Ok(Some(Event::Exited(status))) => {
+                    assert_eq!(status.code(), Some(0));
+                    break;
+                }
+                Ok(Some(_)) => {}
+                _ => panic!("the step's exit was not seen"),
+            }
+        }
+        let began = Instant::now();
+        assert!(
+            !watch
+                .drain(began + Duration::from_millis(300))
+                .expect("drain")
+        );
+        assert!(began.elapsed() >= Duration::from_millis(300));
+        assert!(watch.streams.is_empty(), "the pipes were closed");
+        signal_group(pid, Signal::KILL);
+        let out = std::fs::read_to_string(dir.join(files::STDOUT)).expect("stdout.log");
+        assert_eq!(out, "early\n");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn spawn_errors_that_can_never_work_are_config() {
