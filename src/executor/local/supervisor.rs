@@ -1021,7 +1021,7 @@ mod tests {
             .expect("sh");
         let out = child.stdout.take().expect("stdout");
         let err = child.stderr.take().expect("stderr");
-        let secret = || Masker::new([b"hunter2".as_slice()].into_iter());
+        let secret = || Masker::new([b"hunter2".as_slice()]);
         watch.capture(Stream::new(out.into(), dir.join(files::STDOUT), secret()));
         watch.capture(Stream::new(err.into(), dir.join(files::STDERR), secret()));
         watch.watch_exit(child);
