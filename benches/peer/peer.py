@@ -252,11 +252,23 @@ def scarab(n, exe, scratch, creates=None):
             token = f.read().strip()
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/yaml"}
 
-        def finished():
+        def metrics():
             conn = http.client.HTTPConnection("127.0.0.1", port)
             conn.request("GET", "/metrics")
             text = conn.getresponse().read().decode()
             conn.close()
+            return text
+
+        def commits():
+            """The driver's commits so far and the seconds they took (each from its batch's
+            start to the end of its fsync)."""
+            text = metrics()
+            count = re.search(r"^scarab_commit_duration_seconds_count (\S+)", text, re.M)
+            total = re.search(r"^scarab_commit_duration_seconds_sum (\S+)", text, re.M)
+            return (float(count.group(1)) if count else 0.0, float(total.group(1)) if total else 0.0)
+
+        def finished():
+            text = metrics()
             done = 0
             for state_name in ("succeeded", "failed", "dead_lettered", "cancelled"):
                 m = re.search(r'^scarab_runs\{state="%s"\} (\d+)' % state_name, text, re.M)
@@ -287,11 +299,14 @@ def scarab(n, exe, scratch, creates=None):
             conn.close()
             return time.perf_counter()
 
+        before = commits()
         start = time.perf_counter()
         submitted = in_threads(client, n)
         while finished() < n + 1:
             time.sleep(0.005)
         elapsed = time.perf_counter() - start
+        after = commits()
+        count, seconds = after[0] - before[0], after[1] - before[1]
         return {
             "rate": n / elapsed,
             "elapsed": elapsed,
@@ -300,6 +315,11 @@ def scarab(n, exe, scratch, creates=None):
             "rss_warm": warm,
             "rss_after": scarab_rss_mb(server.pid),
             "creates_us": creates,
+            # The driver is one serial loop: the share of the time it spent committing
+            # says how close it is to being the limit.
+            "commits_per_run": count / n,
+            "commit_ms": seconds / count * 1000 if count else 0.0,
+            "driver_busy": seconds / elapsed,
         }
     finally:
         server.send_signal(signal.SIGTERM)
@@ -353,6 +373,11 @@ def main():
           "are slowing Scarab down (see create_cost_us)")
     print(f"Scarab RSS right after one run (a supervisor kept for the next): {r['rss_warm']:.1f} MB; "
           f"after the {args.runs} runs: {r['rss_after']:.1f} MB")
+    every = ", ".join(
+        f"{x['commits_per_run']:.2f} x {x['commit_ms']:.2f} ms = {x['driver_busy'] * 100:.0f}%"
+        for x in rounds["scarab"]
+    )
+    print(f"Scarab's driver, each round: commits per run x mean commit = share of the time spent committing: {every}")
     ratio = results["scarab"]["rate"] / results["celery_fsync_always"]["rate"]
     print(f"Scarab / durable Celery: {ratio:.2f}x (target >= 2)")
     print(json.dumps(rounds))
