@@ -193,7 +193,7 @@ fn run_attempt(
     // The thread that will spawn the step, started while the service records the launch
     // too (a thread costs tens of microseconds to start on a virtual machine). Without
     // one (the system is out of threads), the go tries again.
-    let mut spawner = Spawner::ready(mask_for_steps()).ok();
+    let spawner = Spawner::ready(mask_for_steps()).ok();
     let go = match wait_for_go(dir, &mut watch)? {
         Handshake::Go(go) => go,
         Handshake::Stop(reason) => {
@@ -263,33 +263,14 @@ fn run_attempt(
     };
     let masker = || Masker::new(go.env.iter().map(|(_, value)| value.as_bytes()));
     let started_at = now();
-    let spawner = match spawner.take() {
-        Some(spawner) => Ok(spawner),
-        None => Spawner::ready(mask_for_steps()),
-    };
     let spawned = spawner
+        .map_or_else(|| Spawner::ready(mask_for_steps()), Ok)
         .map_err(Spawn::Thread)
         .and_then(|spawner| spawner.spawn(command(spec, &local, &go.env), confinement));
     let mut child = match spawned {
         Ok(child) => child,
-        Err(Spawn::Thread(error)) => {
-            let reason = format!("cannot start the thread that starts the step: {error}");
-            return Ok(Some(never_ran_verdict(
-                Outcome::Failed(FailureClass::InfraNeverStarted),
-                &reason,
-                false,
-            )));
-        }
-        Err(Spawn::Confine(error)) => {
-            let reason = format!("cannot confine the step: {error}");
-            return Ok(Some(never_ran_verdict(
-                Outcome::Failed(FailureClass::InfraNeverStarted),
-                &reason,
-                false,
-            )));
-        }
-        Err(Spawn::Exec(error)) => {
-            let (class, reason) = classify_spawn_error(&error, &local.argv[0]);
+        Err(failure) => {
+            let (class, reason) = failure.judged(&local.argv[0]);
             return Ok(Some(never_ran_verdict(
                 Outcome::Failed(class),
                 &reason,
@@ -470,6 +451,23 @@ enum Spawn {
     Confine(io::Error),
     /// Spawning it failed (see `classify_spawn_error`).
     Exec(io::Error),
+}
+
+impl Spawn {
+    /// The class and reason of the step that never started; `program` is its `argv[0]`.
+    fn judged(&self, program: &str) -> (FailureClass, String) {
+        match self {
+            Spawn::Thread(error) => (
+                FailureClass::InfraNeverStarted,
+                format!("cannot start the thread that starts the step: {error}"),
+            ),
+            Spawn::Confine(error) => (
+                FailureClass::InfraNeverStarted,
+                format!("cannot confine the step: {error}"),
+            ),
+            Spawn::Exec(error) => classify_spawn_error(error, program),
+        }
+    }
 }
 
 /// The umask steps are started with (`service::STEP_UMASK_VAR`), if the service set one.
@@ -685,72 +683,70 @@ impl Watch {
     fn poll(&mut self, deadline: Option<Instant>) -> io::Result<Polled> {
         use rustix::event::{PollFd, PollFlags};
         use std::io::Read;
+        if let Some(step) = &mut self.step
+            && step.exit.is_none()
+            && let Some(status) = step.child.try_wait()?
         {
-            if let Some(step) = &mut self.step
-                && step.exit.is_none()
-                && let Some(status) = step.child.try_wait()?
-            {
-                self.step = None;
-                return Ok(Polled::Event(Event::Exited(status)));
-            }
-            let mut wait = deadline.map(|at| at.saturating_duration_since(Instant::now()));
-            if wait == Some(Duration::ZERO) {
-                return Ok(Polled::Late);
-            }
-            if self.step.as_ref().is_some_and(|step| step.exit.is_none()) {
-                wait = Some(wait.map_or(EXIT_POLL, |wait| wait.min(EXIT_POLL)));
-            }
-            let (signalled, answered, exited, readable) = {
-                let mut ready = vec![PollFd::new(self.signals, PollFlags::IN)];
-                let handshake_at = self.handshake.as_ref().map(|handshake| {
-                    ready.push(PollFd::new(handshake.get_ref(), PollFlags::IN));
+            self.step = None;
+            return Ok(Polled::Event(Event::Exited(status)));
+        }
+        let mut wait = deadline.map(|at| at.saturating_duration_since(Instant::now()));
+        if wait == Some(Duration::ZERO) {
+            return Ok(Polled::Late);
+        }
+        if self.step.as_ref().is_some_and(|step| step.exit.is_none()) {
+            wait = Some(wait.map_or(EXIT_POLL, |wait| wait.min(EXIT_POLL)));
+        }
+        let (signalled, answered, exited, readable) = {
+            let mut ready = vec![PollFd::new(self.signals, PollFlags::IN)];
+            let handshake_at = self.handshake.as_ref().map(|handshake| {
+                ready.push(PollFd::new(handshake.get_ref(), PollFlags::IN));
+                ready.len() - 1
+            });
+            let exit_at = self
+                .step
+                .as_ref()
+                .and_then(|step| step.exit.as_ref())
+                .map(|exit| {
+                    ready.push(PollFd::new(exit, PollFlags::IN));
                     ready.len() - 1
                 });
-                let exit_at = self
-                    .step
-                    .as_ref()
-                    .and_then(|step| step.exit.as_ref())
-                    .map(|exit| {
-                        ready.push(PollFd::new(exit, PollFlags::IN));
-                        ready.len() - 1
-                    });
-                let streams_at = ready.len();
-                ready.extend(
-                    self.streams
-                        .iter()
-                        .map(|stream| PollFd::new(&stream.from, PollFlags::IN)),
-                );
-                let timeout = wait.and_then(|wait| rustix::fs::Timespec::try_from(wait).ok());
-                match rustix::event::poll(&mut ready, timeout.as_ref()) {
-                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                    Err(error) => return Err(error.into()),
-                }
-                let seen = |at: Option<usize>| {
-                    at.and_then(|i| ready.get(i))
-                        .is_some_and(|r| !r.revents().is_empty())
-                };
-                let readable: Vec<bool> = ready[streams_at..]
+            let streams_at = ready.len();
+            ready.extend(
+                self.streams
                     .iter()
-                    .map(|r| !r.revents().is_empty())
-                    .collect();
-                (seen(Some(0)), seen(handshake_at), seen(exit_at), readable)
+                    .map(|stream| PollFd::new(&stream.from, PollFlags::IN)),
+            );
+            let timeout = wait.and_then(|wait| rustix::fs::Timespec::try_from(wait).ok());
+            match rustix::event::poll(&mut ready, timeout.as_ref()) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(error) => return Err(error.into()),
+            }
+            let seen = |at: Option<usize>| {
+                at.and_then(|i| ready.get(i))
+                    .is_some_and(|r| !r.revents().is_empty())
             };
-            self.copy(&readable);
-            if signalled {
-                let mut bytes = [0u8; 64];
-                while matches!(self.signals.read(&mut bytes), Ok(n) if n > 0) {}
-                return Ok(Polled::Event(Event::Signalled));
-            }
-            if answered && let Some(mut handshake) = self.handshake.take() {
-                return Ok(Polled::Event(Event::Go(Go::read(&mut handshake))));
-            }
-            if exited && let Some(mut step) = self.step.take() {
-                // Readable once it has exited: reaping it does not block.
-                let status = step.child.wait()?;
-                return Ok(Polled::Event(Event::Exited(status)));
-            }
-            Ok(Polled::Copied)
+            let readable: Vec<bool> = ready[streams_at..]
+                .iter()
+                .map(|r| !r.revents().is_empty())
+                .collect();
+            (seen(Some(0)), seen(handshake_at), seen(exit_at), readable)
+        };
+        self.copy(&readable);
+        if signalled {
+            let mut bytes = [0u8; 64];
+            while matches!(self.signals.read(&mut bytes), Ok(n) if n > 0) {}
+            return Ok(Polled::Event(Event::Signalled));
         }
+        if answered && let Some(mut handshake) = self.handshake.take() {
+            return Ok(Polled::Event(Event::Go(Go::read(&mut handshake))));
+        }
+        if exited && let Some(mut step) = self.step.take() {
+            // Readable once it has exited: reaping it does not block.
+            let status = step.child.wait()?;
+            return Ok(Polled::Event(Event::Exited(status)));
+        }
+        Ok(Polled::Copied)
     }
 
     /// Copies what the readable streams hold; a stream at its end is finished.
