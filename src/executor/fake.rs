@@ -18,6 +18,9 @@ pub enum Script {
     Finish(Outcome),
     /// Refuse the delivery (the executor is "unavailable").
     Refuse(String),
+    /// Confirm the launch and never report: an executor that lost track of the attempt,
+    /// which only the engine's backstop ends.
+    Hang,
 }
 
 type Chooser = dyn Fn(&LaunchRecord) -> Script + Send + Sync;
@@ -27,6 +30,8 @@ pub struct FakeExecutor {
     reports: mpsc::Sender<Report>,
     choose: Arc<Chooser>,
     highest: Arc<Mutex<Option<Fence>>>,
+    /// Re-adoption reports nothing either (see `hanging`).
+    adopt_hangs: bool,
 }
 
 impl FakeExecutor {
@@ -38,6 +43,16 @@ impl FakeExecutor {
             reports,
             choose: Arc::new(choose),
             highest: Arc::new(Mutex::new(None)),
+            adopt_hangs: false,
+        }
+    }
+
+    /// Confirms every launch and never reports, not even for an attempt re-adopted after
+    /// a restart.
+    pub fn hanging(reports: mpsc::Sender<Report>) -> Self {
+        FakeExecutor {
+            adopt_hangs: true,
+            ..FakeExecutor::new(reports, |_| Script::Hang)
         }
     }
 
@@ -54,6 +69,7 @@ impl Executor for FakeExecutor {
         }
         match (self.choose)(order) {
             Script::Refuse(reason) => Err(ExecutorError::Unavailable(reason)),
+            Script::Hang => Ok(()),
             Script::Finish(outcome) => {
                 let now = crate::clock::now();
                 let verdict = Verdict {
@@ -91,6 +107,9 @@ impl Executor for FakeExecutor {
     }
 
     async fn adopt(&self, adoption: &Adoption) -> Result<(), ExecutorError> {
+        if self.adopt_hangs {
+            return Ok(());
+        }
         let verdict = Verdict {
             outcome: Outcome::Failed(crate::engine::FailureClass::Lost),
             started: true,

@@ -1,7 +1,8 @@
 //! The forward-progress check over the store: every non-terminal run must wait on a
-//! durable timer that exists, a launch that is in the outbox, or an open gate
-//! (`engine::waits`). The engine says what each run waits on; this checks that the store
-//! holds it. A stuck run is a bug, logged at error.
+//! durable timer that exists (a running attempt's backstop is its own record), a launch
+//! that is in the outbox, or an open gate (`engine::waits`). The engine says what each
+//! run waits on; this checks that the store holds it. A stuck run is a bug, logged at
+//! error.
 
 use crate::engine::{Stuck, Wait, waits};
 use crate::store::{Store, StoreError};
@@ -60,6 +61,12 @@ fn missing(
 ) -> Result<Option<String>, StoreError> {
     for wait in found {
         match *wait {
+            // A backstop is its running attempt's `backstop_due`: the attempt's record is
+            // what the store holds of it (the driver keeps the timer in memory).
+            Wait::Timer {
+                timer: crate::engine::Timer::Backstop { .. },
+                ..
+            } => {}
             Wait::Timer { due, timer } => {
                 if !read.timer_exists(timer_key(id, due, timer)?)? {
                     return Ok(Some(format!(

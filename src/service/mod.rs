@@ -4,6 +4,8 @@
 //! Used by `scarab serve` (with the HTTP API in front) and by `scarab run` (in-process).
 
 #[cfg(test)]
+mod backstop_tests;
+#[cfg(test)]
 mod crash_sim;
 pub mod disk;
 mod dispatch;

@@ -22,7 +22,12 @@ use records::{
 };
 
 /// Bumped when a table's layout or a record's meaning changes; `migrate` upgrades.
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2: the in-flight attempts index is gone (nothing read it: start-up finds in-flight
+/// attempts in the active runs it loads), and so are the engine's backstop timers (each is
+/// the `backstop_due` of its running attempt, which the driver keeps in memory); a
+/// finished run's retention is found through the state index (`RETENTION_SWEPT`) rather
+/// than by a timer of its own.
+pub const SCHEMA_VERSION: u32 = 2;
 
 type TimerKeyTuple = (u64, u128, u16, u8, u64);
 
@@ -36,8 +41,9 @@ const PIPELINES: TableDefinition<u128, &[u8]> = TableDefinition::new("pipelines"
 const STEPS: TableDefinition<(u128, u16), &[u8]> = TableDefinition::new("steps");
 /// (run, step index, attempt number) → `Attempt`.
 const ATTEMPTS: TableDefinition<(u128, u16, u32), &[u8]> = TableDefinition::new("attempts");
-/// Index of attempts not yet finished: fence → (run, step, attempt number).
-const INFLIGHT: TableDefinition<u64, (u128, u16, u32)> = TableDefinition::new("inflight_attempts");
+/// Schema 1's index of attempts not yet finished (fence → (run, step, attempt number)),
+/// deleted by the migration to schema 2.
+const INFLIGHT_V1: &str = "inflight_attempts";
 /// Index of runs by (state code, updated ms, run).
 const RUNS_BY_STATE: TableDefinition<(u8, u64, u128), ()> = TableDefinition::new("runs_by_state");
 /// Durable timers, keyed by due time first.
@@ -53,6 +59,9 @@ const DEAD_LETTERS: TableDefinition<u64, &[u8]> = TableDefinition::new("dead_let
 /// The auto-retry sweep's index: dead-lettered, auto-retryable runs by (eligible ms, run).
 /// A pass reads it from the start up to now, never the runs table.
 const AUTO_RETRY_DUE: TableDefinition<(u64, u128), ()> = TableDefinition::new("auto_retry_due");
+/// How far the retention sweep has gone in each terminal state's part of the state index:
+/// state code → the last (updated ms, run) it handed to clean-up.
+const RETENTION_SWEPT: TableDefinition<u8, (u64, u128)> = TableDefinition::new("retention_swept");
 /// Idempotency-Key → run.
 const IDEMPOTENCY: TableDefinition<&str, u128> = TableDefinition::new("idempotency_keys");
 /// Schedules by name (`records::StoredSchedule`).
@@ -306,7 +315,6 @@ impl Store {
             t.open_table(PIPELINES)?;
             t.open_table(STEPS)?;
             t.open_table(ATTEMPTS)?;
-            t.open_table(INFLIGHT)?;
             t.open_table(RUNS_BY_STATE)?;
             t.open_table(TIMERS)?;
             t.open_table(OUTBOX)?;
@@ -317,6 +325,7 @@ impl Store {
             t.open_table(AUTO_RETRY_DUE)?;
             t.open_table(SCHEDULES)?;
             t.open_table(SCHEDULE_DUE)?;
+            t.open_table(RETENTION_SWEPT)?;
         }
         // Runs-per-state counters, counted once for a store written before they existed.
         if tx.meta(META_RUN_COUNTS)?.is_none() {
@@ -363,8 +372,30 @@ impl Store {
 }
 
 /// The migration hook: upgrades a store written by an older schema, inside the opening
-/// transaction. Version 1 is the first; there is nothing older to upgrade yet.
+/// transaction, so a store is either wholly upgraded or untouched.
 fn migrate(tx: &mut WriteTx, from: u64) -> Result<(), StoreError> {
+    if from < 2 {
+        // The in-flight index was written and never read; backstop timers now live in
+        // the driver's memory, rebuilt from the running attempts at every load.
+        tx.inner
+            .delete_table(TableDefinition::<u64, (u128, u16, u32)>::new(INFLIGHT_V1))?;
+        let mut timers = tx.inner.open_table(TIMERS)?;
+        timers.retain(|(_, _, _, kind, _), ()| kind != TimerKind::Backstop as u8)?;
+        // Runs that ended under schema 1 have a retention timer each, which still fires:
+        // the sweep starts after them.
+        let by_state = tx.inner.open_table(RUNS_BY_STATE)?;
+        let mut swept = tx.inner.open_table(RETENTION_SWEPT)?;
+        for state in RunState::ALL.into_iter().filter(|s| s.is_terminal()) {
+            let code = state.code();
+            let last = by_state
+                .range((code, 0, 0)..=(code, u64::MAX, u128::MAX))?
+                .next_back();
+            if let Some(entry) = last {
+                let (_, updated, run) = entry?.0.value();
+                swept.insert(code, (updated, run))?;
+            }
+        }
+    }
     if from < u64::from(SCHEMA_VERSION) {
         tx.set_meta(META_SCHEMA_VERSION, u64::from(SCHEMA_VERSION))?;
     }
@@ -516,20 +547,13 @@ impl WriteTx {
         write_step(&mut self.inner.open_table(STEPS)?, run, step, progress)
     }
 
-    /// Writes an attempt and keeps the in-flight index in step.
     pub fn put_attempt(
         &mut self,
         run: RunId,
         step: usize,
         attempt: &Attempt,
     ) -> Result<(), StoreError> {
-        write_attempt(
-            &mut self.inner.open_table(INFLIGHT)?,
-            &mut self.inner.open_table(ATTEMPTS)?,
-            run,
-            step,
-            attempt,
-        )
+        write_attempt(&mut self.inner.open_table(ATTEMPTS)?, run, step, attempt)
     }
 
     /// Writes each run's header (keeping the state index and the per-state counts in
@@ -566,11 +590,10 @@ impl WriteTx {
             }
         }
         if rows.iter().any(|row| !row.attempts.is_empty()) {
-            let mut inflight = self.inner.open_table(INFLIGHT)?;
             let mut attempts = self.inner.open_table(ATTEMPTS)?;
             for row in rows {
                 for &(step, attempt) in &row.attempts {
-                    write_attempt(&mut inflight, &mut attempts, row.header.id, step, attempt)?;
+                    write_attempt(&mut attempts, row.header.id, step, attempt)?;
                 }
             }
         }
@@ -608,6 +631,47 @@ impl WriteTx {
             self.appended.push((run, seq, record.clone()));
         }
         Ok(taken.len())
+    }
+
+    /// Up to `limit` runs of the terminal `state` whose last change was at or before
+    /// `until`, oldest first, after those an earlier call returned: the cursor moves past
+    /// them in this transaction. Every later change of a run is later than `until` as
+    /// long as `until` is before this transaction's time, so none is ever skipped.
+    pub fn take_retention_due(
+        &mut self,
+        state: RunState,
+        until: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<RunId>, StoreError> {
+        use std::ops::Bound;
+        let code = state.code();
+        let mut swept = self.inner.open_table(RETENTION_SWEPT)?;
+        let after = swept.get(code)?.map(|v| v.value());
+        let lower = after.map_or(Bound::Included((code, 0, 0)), |(updated, run)| {
+            Bound::Excluded((code, updated, run))
+        });
+        let upper = Bound::Included((code, until.0, u128::MAX));
+        let by_state = self.inner.open_table(RUNS_BY_STATE)?;
+        let mut due = Vec::new();
+        let mut last = None;
+        for entry in by_state
+            .range::<(u8, u64, u128)>((lower, upper))?
+            .take(limit)
+        {
+            let (_, updated, run) = entry?.0.value();
+            due.push(RunId(run));
+            last = Some((updated, run));
+        }
+        if let Some(last) = last {
+            swept.insert(code, last)?;
+        }
+        Ok(due)
+    }
+
+    /// When the retention sweep has work next: the earliest last change, after the
+    /// sweep's cursor, of any run in a terminal state, plus `retention`.
+    pub fn next_retention_due(&self, retention: u64) -> Result<Option<Timestamp>, StoreError> {
+        read_next_retention_due(&self.inner, retention)
     }
 
     pub fn auto_retry_index_put(&mut self, at: Timestamp, run: RunId) -> Result<(), StoreError> {
@@ -893,18 +957,6 @@ impl ReadTx {
         Ok(ids)
     }
 
-    /// In-flight attempts from their index: (fence, run, step, attempt number).
-    pub fn inflight_attempts(&self) -> Result<Vec<(Fence, RunId, usize, u32)>, StoreError> {
-        let index = self.inner.open_table(INFLIGHT)?;
-        let mut found = Vec::new();
-        for entry in index.iter()? {
-            let (fence, value) = entry?;
-            let (run, step, number) = value.value();
-            found.push((Fence(fence.value()), RunId(run), usize::from(step), number));
-        }
-        Ok(found)
-    }
-
     pub fn history(
         &self,
         run: RunId,
@@ -1026,6 +1078,11 @@ impl ReadTx {
         read_next_timer_due(&self.inner)
     }
 
+    /// See `WriteTx::next_retention_due`.
+    pub fn next_retention_due(&self, retention: u64) -> Result<Option<Timestamp>, StoreError> {
+        read_next_retention_due(&self.inner, retention)
+    }
+
     pub fn schedule(&self, name: &str) -> Result<Option<StoredSchedule>, StoreError> {
         read_schedule(&self.inner, name)
     }
@@ -1136,6 +1193,29 @@ fn read_next_timer_due(tables: &impl Tables) -> Result<Option<Timestamp>, StoreE
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     })
+}
+
+fn read_next_retention_due(
+    tables: &impl Tables,
+    retention: u64,
+) -> Result<Option<Timestamp>, StoreError> {
+    use std::ops::Bound;
+    let swept = tables.table(RETENTION_SWEPT)?;
+    let by_state = tables.table(RUNS_BY_STATE)?;
+    let mut earliest: Option<u64> = None;
+    for state in RunState::ALL.into_iter().filter(|s| s.is_terminal()) {
+        let code = state.code();
+        let lower = match swept.get(code)?.map(|v| v.value()) {
+            Some((updated, run)) => Bound::Excluded((code, updated, run)),
+            None => Bound::Included((code, 0, 0)),
+        };
+        let upper = Bound::Included((code, u64::MAX, u128::MAX));
+        if let Some(entry) = by_state.range::<(u8, u64, u128)>((lower, upper))?.next() {
+            let updated = entry?.0.value().1;
+            earliest = Some(earliest.map_or(updated, |e| e.min(updated)));
+        }
+    }
+    Ok(earliest.map(|updated| Timestamp(updated.saturating_add(retention))))
 }
 
 fn read_run_header(tables: &impl Tables, run: RunId) -> Result<Option<RunHeader>, StoreError> {
@@ -1284,7 +1364,6 @@ macro_rules! for_each_table {
             $f($($arg,)* PIPELINES)?,
             $f($($arg,)* STEPS)?,
             $f($($arg,)* ATTEMPTS)?,
-            $f($($arg,)* INFLIGHT)?,
             $f($($arg,)* RUNS_BY_STATE)?,
             $f($($arg,)* TIMERS)?,
             $f($($arg,)* OUTBOX)?,
@@ -1295,6 +1374,7 @@ macro_rules! for_each_table {
             $f($($arg,)* IDEMPOTENCY)?,
             $f($($arg,)* SCHEDULES)?,
             $f($($arg,)* SCHEDULE_DUE)?,
+            $f($($arg,)* RETENTION_SWEPT)?,
         ]
     };
 }
@@ -1328,26 +1408,12 @@ fn write_step(
 }
 
 fn write_attempt(
-    inflight: &mut redb::Table<u64, (u128, u16, u32)>,
     attempts: &mut redb::Table<(u128, u16, u32), &[u8]>,
     run: RunId,
     step: usize,
     attempt: &Attempt,
 ) -> Result<(), StoreError> {
     let step = step_key(step)?;
-    if attempt.is_in_flight() {
-        // An attempt stays in flight across several writes (launching, then running): an
-        // entry already there is left alone, since every insert dirties the table's pages
-        // even when the value is the same.
-        let entry = (run.0, step, attempt.number);
-        let present = inflight.get(attempt.fence.0)?.map(|v| v.value()) == Some(entry);
-        if !present {
-            inflight.insert(attempt.fence.0, entry)?;
-        }
-    } else {
-        // Removing a key that is not there leaves the tree's pages untouched.
-        inflight.remove(attempt.fence.0)?;
-    }
     attempts.insert(
         (run.0, step, attempt.number),
         codec::encode(attempt)?.as_slice(),

@@ -74,25 +74,7 @@ fn a_run_round_trips_and_the_indexes_follow_its_state() {
     assert_eq!(stored.source, source);
     assert_eq!(stored.steps[0].attempts, vec![attempt(1, 7, false)]);
     assert_eq!(read.active_run_ids().expect("active"), vec![RunId(5)]);
-    assert_eq!(
-        read.inflight_attempts().expect("inflight"),
-        vec![(Fence(7), RunId(5), 0, 1)]
-    );
     drop(read);
-
-    // Written again while still in flight (launching, then running): one entry, as before.
-    let mut tx = store.write().expect("write");
-    tx.put_attempt(RunId(5), 0, &attempt(1, 7, false))
-        .expect("attempt");
-    tx.commit().expect("commit");
-    assert_eq!(
-        store
-            .read()
-            .expect("read")
-            .inflight_attempts()
-            .expect("inflight"),
-        vec![(Fence(7), RunId(5), 0, 1)]
-    );
 
     let mut tx = store.write().expect("write");
     tx.put_run(
@@ -108,7 +90,6 @@ fn a_run_round_trips_and_the_indexes_follow_its_state() {
         read.active_run_ids().expect("active").is_empty(),
         "no stale index entry"
     );
-    assert!(read.inflight_attempts().expect("inflight").is_empty());
     let query = RunQuery {
         state: Some(RunState::Succeeded),
         after: None,
@@ -191,10 +172,6 @@ fn runs_per_state_follow_every_move_within_and_across_transactions() {
         ]
     );
     let read = store.read().expect("read");
-    assert_eq!(
-        read.inflight_attempts().expect("inflight"),
-        vec![(Fence(11), RunId(1), 0, 1)]
-    );
     let stored = read.run(RunId(3)).expect("read 3").expect("3 exists");
     assert_eq!(stored.header, succeeded);
     assert_eq!(stored.steps[0].attempts, vec![finished]);
@@ -372,6 +349,127 @@ fn a_store_from_a_newer_schema_is_refused() {
         Store::open(&path),
         Err(StoreError::SchemaTooNew { .. })
     ));
+}
+
+/// The retention sweep walks each terminal state's part of the state index once, oldest
+/// first, up to a time and a limit; a run that ends again later comes after the cursor.
+#[test]
+fn the_retention_sweep_takes_each_ended_run_once_in_order() {
+    let (_dir, store) = store();
+    let mut tx = store.write().expect("write");
+    for (id, state, at) in [
+        (1, RunState::Succeeded, 10),
+        (2, RunState::Failed, 20),
+        (3, RunState::Succeeded, 30),
+        (4, RunState::Running, 5),
+        (5, RunState::Succeeded, 40),
+    ] {
+        tx.put_run(&header(id, state, at), None).expect("run");
+    }
+    assert_eq!(
+        tx.next_retention_due(100).expect("next"),
+        Some(Timestamp(110))
+    );
+    let take = |tx: &mut WriteTx, state, until, limit| {
+        tx.take_retention_due(state, Timestamp(until), limit)
+            .expect("take")
+    };
+    assert_eq!(take(&mut tx, RunState::Succeeded, 30, 1), vec![RunId(1)]);
+    assert_eq!(take(&mut tx, RunState::Succeeded, 30, 10), vec![RunId(3)]);
+    assert_eq!(take(&mut tx, RunState::Succeeded, 30, 10), vec![]);
+    tx.commit().expect("commit");
+
+    // The cursor is durable, and Failed has its own.
+    let mut tx = store.write().expect("write");
+    assert_eq!(
+        tx.next_retention_due(100).expect("next"),
+        Some(Timestamp(120))
+    );
+    assert_eq!(take(&mut tx, RunState::Failed, 30, 10), vec![RunId(2)]);
+    // Run 1 ended again later (requeued, then succeeded): it is taken again, after 5.
+    tx.put_run(
+        &header(1, RunState::Succeeded, 50),
+        Some((RunState::Succeeded, Timestamp(10))),
+    )
+    .expect("again");
+    assert_eq!(
+        take(&mut tx, RunState::Succeeded, 60, 10),
+        vec![RunId(5), RunId(1)]
+    );
+    assert_eq!(tx.next_retention_due(100).expect("next"), None);
+    tx.commit().expect("commit");
+}
+
+/// Schema 1 kept an index of in-flight attempts (never read) and stored the engine's
+/// backstop timers: opening such a store drops both, in the opening transaction, and
+/// keeps every other timer.
+#[test]
+fn a_schema_1_store_loses_its_in_flight_index_and_backstop_timers_and_nothing_else() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("s.redb");
+    let timer = |kind, due| TimerKey {
+        due: Timestamp(due),
+        run: RunId(7),
+        step: 0,
+        kind,
+        fence: Fence(if kind == TimerKind::Backstop { 3 } else { 0 }),
+    };
+    {
+        let store = Store::open(&path).expect("open");
+        let mut tx = store.write().expect("write");
+        tx.set_meta(META_SCHEMA_VERSION, 1).expect("meta");
+        tx.inner
+            .open_table(TableDefinition::<u64, (u128, u16, u32)>::new(INFLIGHT_V1))
+            .expect("schema 1 index")
+            .insert(3, (7, 0, 1))
+            .expect("entry");
+        tx.insert_timer(timer(TimerKind::Backstop, 50))
+            .expect("backstop");
+        tx.insert_timer(timer(TimerKind::RetryDue, 60))
+            .expect("retry");
+        tx.put_run(&header(8, RunState::Succeeded, 20), None)
+            .expect("ended under schema 1");
+        tx.inner
+            .delete_table(RETENTION_SWEPT)
+            .expect("no cursor in schema 1");
+        tx.commit().expect("commit");
+        assert!(
+            store
+                .table_names()
+                .expect("names")
+                .contains(&INFLIGHT_V1.to_string())
+        );
+    }
+    let store = Store::open(&path).expect("migrated");
+    assert!(
+        !store
+            .table_names()
+            .expect("names")
+            .contains(&INFLIGHT_V1.to_string())
+    );
+    let read = store.read().expect("read");
+    assert_eq!(
+        read.timers(10).expect("timers"),
+        vec![timer(TimerKind::RetryDue, 60)]
+    );
+    let version = read
+        .inner
+        .open_table(META)
+        .expect("meta")
+        .get(META_SCHEMA_VERSION)
+        .expect("get")
+        .map(|v| v.value());
+    assert_eq!(version, Some(u64::from(SCHEMA_VERSION)));
+    drop(read);
+    // Run 8 ended under schema 1 and has its own retention timer: the sweep starts after
+    // it.
+    let mut tx = store.write().expect("write");
+    assert_eq!(tx.next_retention_due(0).expect("next"), None);
+    assert_eq!(
+        tx.take_retention_due(RunState::Succeeded, Timestamp(100), 10)
+            .expect("take"),
+        vec![]
+    );
 }
 
 #[test]

@@ -428,6 +428,32 @@ fn logs_and_attempt_directories_are_removed_after_the_retention() {
     );
 }
 
+/// A run that ended before a restart is still cleaned up once its retention is over: the
+/// next start finds it through the state index (no timer of its own).
+#[test]
+fn a_run_that_ended_before_a_restart_is_cleaned_up_after_it() {
+    let dir = common::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let mut server = Server::start_with(&state, &["--log-retention", "1h"]);
+    let id = server.submit("name: p\nsteps:\n  - name: a\n    run: [echo, hi]\n");
+    let run = server.wait_terminal(&id, WITHIN);
+    let fence = common::fences(&run, 0)[0];
+    let attempt_dir = server.state_dir.join("attempts").join(fence.to_string());
+    server.terminate();
+    assert!(attempt_dir.exists(), "kept while its retention lasts");
+    let server = Server::start_with(&state, &["--log-retention", "1s"]);
+    let deadline = std::time::Instant::now() + WITHIN;
+    while attempt_dir.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} was never removed after the restart",
+            attempt_dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(server.run(&id)["state"], "succeeded");
+}
+
 /// Every refusal is JSON, naming the field where one applies; a run id has one spelling;
 /// `/readyz` shows details (which may name paths) only to a caller with a token.
 #[test]

@@ -9,6 +9,13 @@ impl<E: Executor> Driver<E> {
         now: Timestamp,
         batch: &mut Batch,
     ) -> Result<(), StoreError> {
+        for (run, step, fence) in self.backstops.take_due(now, limits::TIMER_BATCH_MAX) {
+            let timer = Timer::Backstop { step, fence };
+            let _ = self.apply_input(tx, run, Input::TimerFired(timer), now, batch)?;
+        }
+        if self.next_retention.is_some_and(|due| due <= now) {
+            self.sweep_retention(tx, now, batch)?;
+        }
         if self.next_timer.is_none_or(|due| due > now) {
             return Ok(());
         }
@@ -16,10 +23,13 @@ impl<E: Executor> Driver<E> {
             let step = usize::from(key.step);
             let timer = match key.kind {
                 TimerKind::RetryDue => Timer::RetryDue { step },
-                TimerKind::Backstop => Timer::Backstop {
-                    step,
-                    fence: key.fence,
-                },
+                // Schema 1 stored backstops; the migration to schema 2 removed them, and the
+                // running attempt's own backstop is in memory: one left over is dropped
+                // rather than fired twice.
+                TimerKind::Backstop => {
+                    tracing::warn!(run = %key.run, "a stored backstop timer (schema 1) dropped: backstops are kept in memory");
+                    continue;
+                }
                 TimerKind::GateRelease => Timer::GateRelease { step },
                 TimerKind::GateExpiry => Timer::GateExpiry { step },
                 TimerKind::Budget => Timer::Budget,
@@ -30,6 +40,38 @@ impl<E: Executor> Driver<E> {
             };
             let _ = self.apply_input(tx, key.run, Input::TimerFired(timer), now, batch)?;
         }
+        Ok(())
+    }
+
+    pub(super) fn retention_ms(&self) -> u64 {
+        u64::try_from(self.settings.engine.log_retention.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Hands the runs whose retention is over to `clean_up`, oldest first, through the
+    /// state index: runs in a terminal state ordered by when they last changed, after the
+    /// store's cursor. Only changes before this batch's time are taken (whatever changes
+    /// later sorts after the cursor), at most `TIMER_BATCH_MAX` per terminal state.
+    fn sweep_retention(
+        &mut self,
+        tx: &mut WriteTx,
+        now: Timestamp,
+        batch: &mut Batch,
+    ) -> Result<(), StoreError> {
+        let retention = self.retention_ms();
+        let until = Timestamp(now.0.saturating_sub(retention).min(now.0.saturating_sub(1)));
+        let mut more = false;
+        for state in RunState::ALL.into_iter().filter(|s| s.is_terminal()) {
+            let due = tx.take_retention_due(state, until, limits::TIMER_BATCH_MAX)?;
+            more |= due.len() == limits::TIMER_BATCH_MAX;
+            for run in due {
+                self.clean_up(tx, run, now, batch)?;
+            }
+        }
+        self.next_retention = if more {
+            Some(now)
+        } else {
+            tx.next_retention_due(retention)?
+        };
         Ok(())
     }
 
@@ -47,8 +89,7 @@ impl<E: Executor> Driver<E> {
         };
         // A run put back in progress since (resubmitted, requeued) keeps its traces; when
         // it ends again, a newer retention timer comes due for it.
-        let retention =
-            u64::try_from(self.settings.engine.log_retention.as_millis()).unwrap_or(u64::MAX);
+        let retention = self.retention_ms();
         if !stored.header.state.is_terminal()
             || stored.header.updated_at.0.saturating_add(retention) > now.0
         {

@@ -1,5 +1,6 @@
 //! One input fed to the engine and everything it decided written into the open transaction: history, outbox messages, timers, and at the end of the batch each touched run's rows.
 
+use super::backstops::Backstops;
 use super::*;
 
 impl<E: Executor> Driver<E> {
@@ -33,11 +34,16 @@ impl<E: Executor> Driver<E> {
         }
         for intent in effects.intents {
             match intent {
-                Intent::ScheduleTimer { due, timer } => {
-                    tx.insert_timer(timer_key(header.id, due, timer)?)?
-                }
+                Intent::ScheduleTimer { due, timer } => schedule_timer(
+                    tx,
+                    &mut self.backstops,
+                    &mut self.next_retention,
+                    header.id,
+                    due,
+                    timer,
+                )?,
                 Intent::CancelTimer { due, timer } => {
-                    tx.delete_timer(timer_key(header.id, due, timer)?)?;
+                    cancel_timer(tx, &mut self.backstops, header.id, due, timer)?
                 }
                 Intent::Launch(_) | Intent::Kill { .. } => {
                     tracing::error!(run = %header.id, "bug: a launch or kill for a run known only by its header; ignored");
@@ -240,11 +246,16 @@ impl<E: Executor> Driver<E> {
                     };
                     self.enqueue(tx, payload, now, batch)?;
                 }
-                Intent::ScheduleTimer { due, timer } => {
-                    tx.insert_timer(timer_key(id, due, timer)?)?
-                }
+                Intent::ScheduleTimer { due, timer } => schedule_timer(
+                    tx,
+                    &mut self.backstops,
+                    &mut self.next_retention,
+                    id,
+                    due,
+                    timer,
+                )?,
                 Intent::CancelTimer { due, timer } => {
-                    tx.delete_timer(timer_key(id, due, timer)?)?;
+                    cancel_timer(tx, &mut self.backstops, id, due, timer)?
                 }
             }
         }
@@ -436,6 +447,46 @@ pub(super) fn sweep_key(run: &Run) -> Option<Timestamp> {
         && retry.discarded.is_none()
         && crate::engine::classify_run(run).is_some_and(|c| c.auto_retryable);
     retry.eligible_at.filter(|_| candidate)
+}
+
+/// A timer the engine set: a backstop in memory (its attempt's record holds it), a run's
+/// retention as the sweep's next due time (the state index holds when the run ended), any
+/// other in the store's timer table.
+fn schedule_timer(
+    tx: &mut WriteTx,
+    backstops: &mut Backstops,
+    next_retention: &mut Option<Timestamp>,
+    run: RunId,
+    due: Timestamp,
+    timer: Timer,
+) -> Result<(), StoreError> {
+    match timer {
+        Timer::Backstop { step, fence } => {
+            backstops.schedule(due, run, step, fence);
+            Ok(())
+        }
+        Timer::Retention => {
+            *next_retention = Some(next_retention.map_or(due, |next| next.min(due)));
+            Ok(())
+        }
+        other => tx.insert_timer(timer_key(run, due, other)?),
+    }
+}
+
+fn cancel_timer(
+    tx: &mut WriteTx,
+    backstops: &mut Backstops,
+    run: RunId,
+    due: Timestamp,
+    timer: Timer,
+) -> Result<(), StoreError> {
+    match timer {
+        Timer::Backstop { step, fence } => backstops.cancel(due, run, step, fence),
+        other => {
+            tx.delete_timer(timer_key(run, due, other)?)?;
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn timer_key(run: RunId, due: Timestamp, timer: Timer) -> Result<TimerKey, StoreError> {

@@ -12,6 +12,7 @@
 //! outbox deliveries, dead letters and due timers; `effects` feeds one input to the
 //! engine and writes what it decided (history, outbox messages, timers, rows).
 
+mod backstops;
 mod commands;
 mod deliveries;
 mod effects;
@@ -61,7 +62,13 @@ pub struct Driver<E: Executor> {
     /// again after the batch unless an input made them active.
     loaded: Vec<RunId>,
     fences: FenceCounter,
+    /// The earliest due time of the store's timers and schedules.
     next_timer: Option<Timestamp>,
+    /// The backstops of the running attempts (`backstops`): in memory, not in the store.
+    backstops: backstops::Backstops,
+    /// When the retention sweep has work next (`deliveries::sweep_retention`): derived
+    /// from the state index, moved earlier by each run that ends.
+    next_retention: Option<Timestamp>,
     metrics: Arc<crate::metrics::Metrics>,
     /// Admission control: who holds which slot and who waits, rebuilt from `runs`.
     scheduler: Scheduler,
@@ -166,7 +173,15 @@ impl<E: Executor> Driver<E> {
                 self.commit(Vec::new()).await;
                 continue;
             }
-            let mut timer_wait = self.next_timer.map(|due| due.since(clock::now()));
+            let next_due = [
+                self.next_timer,
+                self.backstops.next_due(),
+                self.next_retention,
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            let mut timer_wait = next_due.map(|due| due.since(clock::now()));
             if self.disk_full() {
                 // A full disk is checked again every second.
                 let recheck = limits::DISK_RECHECK;

@@ -24,6 +24,8 @@ impl<E: Executor> Driver<E> {
             runs: HashMap::new(),
             fences: FenceCounter::starting_at(1),
             next_timer: None,
+            backstops: backstops::Backstops::default(),
+            next_retention: None,
             scheduler,
             last_run_id: None,
             reserve,
@@ -105,7 +107,9 @@ impl<E: Executor> Driver<E> {
             }
         }
         self.next_timer = read.next_timer_due()?;
+        self.next_retention = read.next_retention_due(self.retention_ms())?;
         drop(read);
+        self.backstops = backstops::Backstops::of(self.runs.values());
         // Every active step of the loaded runs (re-adopted below) holds its slots and
         // locks before anything new is admitted.
         self.scheduler = Scheduler::new(self.settings.live().admission.clone());
