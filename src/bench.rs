@@ -130,7 +130,7 @@ fn throughput_rows(options: &Options, report: &mut Report) -> anyhow::Result<()>
     );
 
     let runtime = tokio::runtime::Runtime::new()?;
-    let (single, rate) =
+    let (single, rate, written) =
         runtime.block_on(transitions(&options.dir.join("transitions"), options.quick))?;
     report.row(
         "single transition commit latency (submit, 1 client)",
@@ -143,6 +143,21 @@ fn throughput_rows(options: &Options, report: &mut Report) -> anyhow::Result<()>
     report.row(
         "durable transitions/s, group commit, 256 clients",
         format!("{rate:.0}/s (target >= 20000)"),
+    );
+    report.row(
+        "store writes (one-step runs, 3 transitions each)",
+        {
+            let [fresh, batched, later] = written.map(|w| {
+                format!(
+                    "{:.1} pages per commit x {:.2} commits per run",
+                    w.pages_per_commit(),
+                    w.commits_per_run()
+                )
+            });
+            format!(
+                "one client at a time into a fresh store: {fresh}; 256 clients: {batched}; one at a time after those: {later} (pages of 4 KiB the process wrote)"
+            )
+        },
     );
     // Just before the steps: what the disk charges for the attempt directories' inodes now.
     let creates_dir = options.dir.join("creates");
@@ -691,7 +706,11 @@ fn one_step() -> anyhow::Result<(PipelineSource, Arc<pipeline::Pipeline>)> {
 
 /// Drives the real driver, store and outbox with an executor that answers at once:
 /// each run is three durable transitions (submit, launch confirmed, verdict).
-async fn transitions(dir: &Path, quick: bool) -> anyhow::Result<(Duration, f64)> {
+/// The median latency of a lone submission's commit, the durable transitions per second
+/// under group commit, and the bytes written per run one client at a time into a fresh
+/// store, under group commit, and one at a time again into the store those filled (the
+/// process's `wchar`: the store's page writes, since the fake executor writes nothing).
+async fn transitions(dir: &Path, quick: bool) -> anyhow::Result<(Duration, f64, [Written; 3])> {
     let _ = std::fs::remove_dir_all(dir);
     // The fake executor runs nothing: a pool as large as the clients, so this measures
     // the durable transitions, not a pool of the machine's CPUs.
@@ -710,7 +729,9 @@ async fn transitions(dir: &Path, quick: bool) -> anyhow::Result<(Duration, f64)>
     let service = running.service.clone();
     let (source, pipeline) = one_step()?;
     let mut samples = Vec::new();
-    for _ in 0..if quick { 100 } else { 500 } {
+    let lone = if quick { 100 } else { 500 };
+    let before = Written::now(&service)?;
+    for _ in 0..lone {
         let start = Instant::now();
         service
             .submit(
@@ -725,18 +746,82 @@ async fn transitions(dir: &Path, quick: bool) -> anyhow::Result<(Duration, f64)>
     }
     let single = median(samples);
     wait_idle(&service).await?;
+    let lone_written = before.since(&service, lone)?;
 
     let clients = 256;
     let per_client = if quick { 20 } else { 100 };
+    let before = Written::now(&service)?;
     let start = Instant::now();
     submit_many(&service, &source, &pipeline, clients, clients * per_client).await?;
     wait_idle(&service).await?;
     let elapsed = start.elapsed();
+    let batched_written = before.since(&service, clients * per_client)?;
+    // Lone runs again, now that the store holds thousands: its trees are deeper, so each
+    // one a transition touches costs more pages.
+    let before = Written::now(&service)?;
+    for _ in 0..lone {
+        service
+            .submit(
+                source.clone(),
+                pipeline.clone(),
+                "bench".into(),
+                RunAdmission::of(&pipeline),
+                None,
+            )
+            .await?;
+    }
+    wait_idle(&service).await?;
+    let later_written = before.since(&service, lone)?;
     running.stop().await;
     Ok((
         single,
         (clients * per_client * 3) as f64 / elapsed.as_secs_f64(),
+        [lone_written, batched_written, later_written],
     ))
+}
+
+/// What the store wrote over a phase: 4 KiB pages per commit, and commits per run.
+#[derive(Clone, Copy)]
+struct Written {
+    bytes: u64,
+    commits: u64,
+    runs: u64,
+}
+
+impl Written {
+    fn now(service: &service::Service) -> anyhow::Result<Written> {
+        Ok(Written {
+            bytes: bytes_written()?,
+            commits: commits(service)?,
+            runs: 0,
+        })
+    }
+
+    fn since(self, service: &service::Service, runs: u64) -> anyhow::Result<Written> {
+        let now = Written::now(service)?;
+        Ok(Written {
+            bytes: now.bytes - self.bytes,
+            commits: now.commits - self.commits,
+            runs,
+        })
+    }
+
+    fn pages_per_commit(&self) -> f64 {
+        self.bytes as f64 / 4096.0 / self.commits.max(1) as f64
+    }
+
+    fn commits_per_run(&self) -> f64 {
+        self.commits as f64 / self.runs.max(1) as f64
+    }
+}
+
+/// Bytes this process handed to write system calls so far (`wchar` of /proc/self/io).
+fn bytes_written() -> anyhow::Result<u64> {
+    let io = std::fs::read_to_string("/proc/self/io")?;
+    io.lines()
+        .find_map(|line| line.strip_prefix("wchar: "))
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no wchar in /proc/self/io"))
 }
 
 /// `total` one-step runs submitted by `clients` concurrent tasks.
