@@ -759,17 +759,7 @@ async fn transitions(dir: &Path, quick: bool) -> anyhow::Result<(Duration, f64, 
     // Lone runs again, now that the store holds thousands: its trees are deeper, so each
     // one a transition touches costs more pages.
     let before = Written::now(&service)?;
-    for _ in 0..lone {
-        service
-            .submit(
-                source.clone(),
-                pipeline.clone(),
-                "bench".into(),
-                RunAdmission::of(&pipeline),
-                None,
-            )
-            .await?;
-    }
+    submit_many(&service, &source, &pipeline, 1, lone).await?;
     wait_idle(&service).await?;
     let later_written = before.since(&service, lone)?;
     running.stop().await;

@@ -2,14 +2,11 @@
 //! request, then `lost`) for an attempt whose executor never reports, and it is rebuilt
 //! from the running attempt's record after a restart.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Running, Settings, StateDir, start_with};
 use crate::engine::{Attempt, AttemptState, FailureClass, KillReason, Outcome, RunId};
 use crate::executor::fake::FakeExecutor;
-use crate::pipeline::{self, Format};
-use crate::store::records::{PipelineSource, SourceFormat};
 
 const PIPELINE: &str = "name: p\nsteps:\n  - name: hangs\n    timeout: 1s\n    run: [/bin/true]\n";
 
@@ -24,24 +21,7 @@ async fn service(dir: &std::path::Path) -> Running {
 }
 
 async fn submit(running: &Running) -> RunId {
-    let outcome = pipeline::parse(PIPELINE, Format::Yaml).expect("valid");
-    let source = PipelineSource {
-        format: SourceFormat::Yaml,
-        text: PIPELINE.into(),
-        params: Some(Vec::new()),
-    };
-    running
-        .service
-        .submit(
-            source,
-            Arc::new(outcome.pipeline.clone()),
-            "local".into(),
-            crate::engine::RunAdmission::of(&outcome.pipeline),
-            None,
-        )
-        .await
-        .expect("submit")
-        .id
+    super::sweep_tests::submit_yaml(running, PIPELINE).await
 }
 
 /// The run's first attempt once `done` holds for it (at most 10 s).

@@ -52,10 +52,15 @@ fn enabled() -> AutoRetrySettings {
 }
 
 async fn submit(running: &Running) -> RunId {
-    let outcome = pipeline::parse(PIPELINE, Format::Yaml).expect("valid");
+    submit_yaml(running, PIPELINE).await
+}
+
+/// Submits a pipeline given as YAML, as the API does once it parsed it.
+pub(super) async fn submit_yaml(running: &Running, text: &str) -> RunId {
+    let outcome = pipeline::parse(text, Format::Yaml).expect("valid");
     let source = PipelineSource {
         format: SourceFormat::Yaml,
-        text: PIPELINE.into(),
+        text: text.into(),
         params: Some(Vec::new()),
     };
     running
