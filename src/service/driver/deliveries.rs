@@ -88,7 +88,7 @@ impl<E: Executor> Driver<E> {
             return Ok(());
         };
         // A run put back in progress since (resubmitted, requeued) keeps its traces; when
-        // it ends again, a newer retention timer comes due for it.
+        // it ends again, its retention starts again (the sweep meets it again later).
         let retention = self.retention_ms();
         if !stored.header.state.is_terminal()
             || stored.header.updated_at.0.saturating_add(retention) > now.0
