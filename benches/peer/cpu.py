@@ -1,7 +1,8 @@
 """CPU per run of Scarab alone under the side-by-side's load: N one-step /bin/true runs
 from 2 clients (peer.py's Scarab leg), with the machine's busy time from /proc/stat
 (user + nice + system + irq + softirq, all processes: the service, its zygote and
-supervisors, the steps and the Python clients) divided by N.
+supervisors, the steps and the Python clients) divided by N, and the driver's commits
+per run and mean commit (its metrics before and after).
 
 Usage: python3 benches/peer/cpu.py N [SCARAB_BINARY ...]; with several binaries they take
 turns, which is how docs/benchmarks.md compares two builds on this noisy machine.
@@ -36,8 +37,10 @@ def main():
             before = busy_ticks()
             result = peer.scarab(n, os.path.abspath(exe), scratch, creates)
             ms = (busy_ticks() - before) / hz * 1000 / n
-            print(f"{exe}: {result['rate']:.0f} runs/s, {ms:.2f} ms CPU per run "
-                  f"(an inode created there cost {creates:.0f} us just before)")
+            print(f"{exe}: {result['rate']:.0f} runs/s, {ms:.2f} ms CPU per run, "
+                  f"{result['commits_per_run']:.2f} commits per run x {result['commit_ms']:.3f} ms "
+                  f"(driver {result['driver_busy'] * 100:.0f}% busy; an inode created there "
+                  f"cost {creates:.0f} us just before)", flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -36,6 +36,11 @@ impl RunState {
         RunState::Quarantined,
     ];
 
+    /// The states a run ends in, in `ALL`'s order.
+    pub fn terminal() -> impl Iterator<Item = RunState> {
+        Self::ALL.into_iter().filter(|state| state.is_terminal())
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             RunState::Queued => "queued",

@@ -385,7 +385,7 @@ fn migrate(tx: &mut WriteTx, from: u64) -> Result<(), StoreError> {
         // the sweep starts after them.
         let by_state = tx.inner.open_table(RUNS_BY_STATE)?;
         let mut swept = tx.inner.open_table(RETENTION_SWEPT)?;
-        for state in RunState::ALL.into_iter().filter(|s| s.is_terminal()) {
+        for state in RunState::terminal() {
             let code = state.code();
             let last = by_state
                 .range((code, 0, 0)..=(code, u64::MAX, u128::MAX))?
@@ -643,21 +643,13 @@ impl WriteTx {
         until: Timestamp,
         limit: usize,
     ) -> Result<Vec<RunId>, StoreError> {
-        use std::ops::Bound;
         let code = state.code();
         let mut swept = self.inner.open_table(RETENTION_SWEPT)?;
-        let after = swept.get(code)?.map(|v| v.value());
-        let lower = after.map_or(Bound::Included((code, 0, 0)), |(updated, run)| {
-            Bound::Excluded((code, updated, run))
-        });
-        let upper = Bound::Included((code, until.0, u128::MAX));
+        let unswept = unswept(&swept, code, until.0)?;
         let by_state = self.inner.open_table(RUNS_BY_STATE)?;
         let mut due = Vec::new();
         let mut last = None;
-        for entry in by_state
-            .range::<(u8, u64, u128)>((lower, upper))?
-            .take(limit)
-        {
+        for entry in by_state.range::<(u8, u64, u128)>(unswept)?.take(limit) {
             let (_, updated, run) = entry?.0.value();
             due.push(RunId(run));
             last = Some((updated, run));
@@ -1199,24 +1191,38 @@ fn read_next_retention_due(
     tables: &impl Tables,
     retention: u64,
 ) -> Result<Option<Timestamp>, StoreError> {
-    use std::ops::Bound;
     let swept = tables.table(RETENTION_SWEPT)?;
     let by_state = tables.table(RUNS_BY_STATE)?;
     let mut earliest: Option<u64> = None;
-    for state in RunState::ALL.into_iter().filter(|s| s.is_terminal()) {
-        let code = state.code();
-        let lower = match swept.get(code)?.map(|v| v.value()) {
-            Some((updated, run)) => Bound::Excluded((code, updated, run)),
-            None => Bound::Included((code, 0, 0)),
-        };
-        let upper = Bound::Included((code, u64::MAX, u128::MAX));
-        if let Some(entry) = by_state.range::<(u8, u64, u128)>((lower, upper))?.next() {
+    for state in RunState::terminal() {
+        let unswept = unswept(&swept, state.code(), u64::MAX)?;
+        if let Some(entry) = by_state.range::<(u8, u64, u128)>(unswept)?.next() {
             let updated = entry?.0.value().1;
             earliest = Some(earliest.map_or(updated, |e| e.min(updated)));
         }
     }
     Ok(earliest.map(|updated| Timestamp(updated.saturating_add(retention))))
 }
+
+/// The keys of the state index the retention sweep has not taken yet in one terminal
+/// state (`code`), up to runs last changed at `until`: those after its cursor, or all.
+fn unswept(
+    swept: &impl ReadableTable<u8, (u64, u128)>,
+    code: u8,
+    until: u64,
+) -> Result<StateIndexRange, StoreError> {
+    use std::ops::Bound;
+    let lower = match swept.get(code)?.map(|v| v.value()) {
+        Some((updated, run)) => Bound::Excluded((code, updated, run)),
+        None => Bound::Included((code, 0, 0)),
+    };
+    Ok((lower, Bound::Included((code, until, u128::MAX))))
+}
+
+type StateIndexRange = (
+    std::ops::Bound<(u8, u64, u128)>,
+    std::ops::Bound<(u8, u64, u128)>,
+);
 
 fn read_run_header(tables: &impl Tables, run: RunId) -> Result<Option<RunHeader>, StoreError> {
     let table = tables.table(RUNS)?;

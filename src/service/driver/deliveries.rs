@@ -60,7 +60,7 @@ impl<E: Executor> Driver<E> {
         let retention = self.retention_ms();
         let until = Timestamp(now.0.saturating_sub(retention).min(now.0.saturating_sub(1)));
         let mut more = false;
-        for state in RunState::ALL.into_iter().filter(|s| s.is_terminal()) {
+        for state in RunState::terminal() {
             let due = tx.take_retention_due(state, until, limits::TIMER_BATCH_MAX)?;
             more |= due.len() == limits::TIMER_BATCH_MAX;
             for run in due {
