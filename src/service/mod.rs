@@ -287,15 +287,18 @@ pub struct Running {
     shutdown: watch::Sender<bool>,
     driver: tokio::task::JoinHandle<()>,
     dispatcher: tokio::task::JoinHandle<()>,
+    sweep: tokio::task::JoinHandle<()>,
 }
 
 impl Running {
-    /// Stops taking inputs, lets the current transaction finish and returns. Running
-    /// steps are left alone: the next start re-adopts them.
+    /// Stops taking inputs, lets the current transaction finish and returns once every
+    /// task that holds the store has ended, so the store can be opened again at once.
+    /// Running steps are left alone: the next start re-adopts them.
     pub async fn stop(self) {
         let _ = self.shutdown.send(true);
         let _ = self.driver.await;
         let _ = self.dispatcher.await;
+        let _ = self.sweep.await;
     }
 }
 
@@ -500,7 +503,7 @@ pub(crate) async fn start_on<E: Executor>(
         shutdown_rx.clone(),
     ));
     let sweep_stats: Arc<sweep::SweepStats> = Arc::default();
-    tokio::spawn(sweep::run(
+    let sweep = tokio::spawn(sweep::run(
         store.clone(),
         commands_tx.clone(),
         settings.clone(),
@@ -528,6 +531,7 @@ pub(crate) async fn start_on<E: Executor>(
         shutdown: shutdown_tx,
         driver,
         dispatcher,
+        sweep,
     })
 }
 
