@@ -182,14 +182,17 @@ proptest! {
     }
 
     #[test]
-    fn attempt_files_of_any_content_are_read_or_refused(content in proptest::collection::vec(any::<u8>(), 0..300), pick in 0usize..3) {
+    fn attempt_files_of_any_content_are_read_or_refused(content in proptest::collection::vec(any::<u8>(), 0..300), pick in 0usize..5) {
         let dir = std::env::temp_dir().join(format!("scarab-fuzz-{}-{pick}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
-        let names = [crate::executor::local::files::SPEC, crate::executor::local::files::VERDICT, crate::executor::local::files::KILL];
+        use crate::executor::local::files;
+        let names = [files::ATTEMPT, files::KILL, files::LEGACY_SPEC, files::LEGACY_SUPERVISOR, files::LEGACY_VERDICT];
         std::fs::write(dir.join(names[pick]), &content).expect("write");
-        let _ = crate::executor::local::files::read_spec(&dir);
-        let _ = crate::executor::local::files::read_verdict(&dir);
-        let _ = crate::executor::local::files::read_kill(&dir);
+        let _ = files::read_spec(&dir);
+        let _ = files::read_verdict(&dir);
+        let _ = files::read_kill(&dir);
+        let _ = files::read_supervision(&dir);
+        let _ = (files::child_recorded(&dir), files::supervisor_recorded(&dir), files::verdict_recorded(&dir));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -191,6 +191,9 @@ pub const PRIORITY_AGING_MAX: Duration = Duration::from_secs(24 * 3600);
 pub const DISK_RESERVE_BYTES: u64 = 4 * 1024 * 1024;
 /// How often a full disk is checked for space again.
 pub const DISK_RECHECK: Duration = Duration::from_secs(1);
+/// Largest attempt file read (`attempt.jsonl` holds a spec, a few identities and a
+/// verdict: far less); a larger one is refused as unreadable.
+pub const ATTEMPT_FILE_MAX_BYTES: u64 = 4 * 1024 * 1024;
 /// How long a supervisor keeps trying to write a verdict the full disk refuses.
 pub const VERDICT_WRITE_PATIENCE: Duration = Duration::from_secs(600);
 /// Supervisors the zygote keeps waiting for the next local attempt, how long each waits

@@ -188,50 +188,71 @@ fn a_full_disk_refuses_submissions_with_507_and_loses_nothing_when_space_returns
 enum Cut {
     Missing,
     Empty,
+    /// Half of it.
     Torn,
+    /// Of `attempt.jsonl` (its records are appended in order): its first `whole` records,
+    /// and half of the next if `torn`.
+    Records {
+        whole: usize,
+        torn: bool,
+    },
 }
 
-const ATTEMPT_FILES: [&str; 5] = [
-    "spec.json",
-    "supervisor.json",
-    "verdict.json",
-    "stdout.log",
-    "stderr.log",
-];
-
-fn cut(dir: &Path, name: &str, how: Cut) {
-    let path = dir.join(name);
-    match how {
-        Cut::Missing => {
-            let _ = std::fs::remove_file(&path);
-        }
-        Cut::Empty => {
-            if path.exists() {
-                std::fs::write(&path, b"").expect("empty");
+impl Cut {
+    /// What a power cut may leave of each file.
+    fn of(file: &str) -> Vec<Cut> {
+        let mut cuts = vec![Cut::Missing, Cut::Empty];
+        if file == "attempt.jsonl" {
+            // The spec, the supervisor, the step, the verdict.
+            for whole in 0..4 {
+                cuts.push(Cut::Records { whole, torn: true });
+                if whole > 0 {
+                    cuts.push(Cut::Records { whole, torn: false });
+                }
             }
+        } else {
+            cuts.push(Cut::Torn);
         }
-        Cut::Torn => {
-            if let Ok(bytes) = std::fs::read(&path) {
-                std::fs::write(&path, &bytes[..bytes.len() / 2]).expect("torn");
-            }
-        }
+        cuts
     }
 }
 
-/// The pid of the `index`th record of `supervisor.json`: the supervisor's, then the step's.
-fn pid_in(dir: &Path, index: usize) -> Option<i32> {
-    let text = std::fs::read_to_string(dir.join("supervisor.json")).ok()?;
-    let value: Value = serde_json::Deserializer::from_str(&text)
-        .into_iter::<Value>()
-        .nth(index)?
-        .ok()?;
-    value["pid"].as_i64().and_then(|p| i32::try_from(p).ok())
+const ATTEMPT_FILES: [&str; 3] = ["attempt.jsonl", "stdout.log", "stderr.log"];
+
+fn cut(dir: &Path, name: &str, how: Cut) {
+    let path = dir.join(name);
+    let Ok(bytes) = std::fs::read(&path) else {
+        return;
+    };
+    let kept = match how {
+        Cut::Missing => {
+            std::fs::remove_file(&path).expect("remove");
+            return;
+        }
+        Cut::Empty => 0,
+        Cut::Torn => bytes.len() / 2,
+        Cut::Records { whole, torn } => {
+            let ends: Vec<usize> = bytes
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| **b == b'\n')
+                .map(|(at, _)| at + 1)
+                .collect();
+            let start = if whole == 0 { 0 } else { ends[whole - 1] };
+            match ends.get(whole) {
+                Some(end) if torn => start + (end - start) / 2,
+                _ => start,
+            }
+        }
+    };
+    std::fs::write(&path, &bytes[..kept]).expect("cut");
 }
 
 /// A power cut at two points of an attempt's life — while its step runs (service,
 /// supervisor and step die) and after its step ended while the service was down — with
-/// each file of the attempt directory missing, empty or torn. At the next start every
-/// attempt is judged: nothing that may have run runs again, and every run ends.
+/// each file of the attempt directory missing, empty, torn, or (the record file) cut
+/// after or in the middle of each of its records. At the next start every attempt is
+/// judged: nothing that may have run runs again, and every run ends.
 #[test]
 fn a_power_cut_leaving_any_attempt_file_missing_empty_or_torn_never_runs_a_step_twice() {
     let dir = common::tempdir().expect("tempdir");
@@ -242,12 +263,14 @@ fn a_power_cut_leaving_any_attempt_file_missing_empty_or_torn_never_runs_a_step_
         &[],
         &[("SCARAB_MAX_PARALLEL_LOCAL", "64")],
     );
-    let cuts = [Cut::Missing, Cut::Empty, Cut::Torn];
     let mut cases: Vec<(bool, &str, Cut)> = Vec::new();
     for mid_run in [true, false] {
         for file in ATTEMPT_FILES {
-            for how in cuts {
-                cases.push((mid_run, file, how));
+            for how in Cut::of(file) {
+                // A step cut mid-run has no verdict to cut.
+                if !(mid_run && matches!(how, Cut::Records { whole: 3, .. })) {
+                    cases.push((mid_run, file, how));
+                }
             }
         }
     }
@@ -276,18 +299,30 @@ fn a_power_cut_leaving_any_attempt_file_missing_empty_or_torn_never_runs_a_step_
         if *mid_run {
             // The supervisor first, so that it does not live to see its step die; then the
             // step's whole process group.
-            if let Some(pid) = pid_in(attempt, 0) {
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-            if let Some(pid) = pid_in(attempt, 1) {
+            let deadline = Instant::now() + WITHIN;
+            let recorded = loop {
+                let recorded = common::recorded_processes(attempt);
+                if recorded.len() == 2 {
+                    break recorded;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "no step recorded in {}",
+                    attempt.display()
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            for (pid, _, group) in recorded {
                 unsafe {
-                    libc::kill(-pid, libc::SIGKILL);
+                    if group {
+                        libc::kill(-pid, libc::SIGKILL);
+                    }
                     libc::kill(pid, libc::SIGKILL);
                 }
             }
         } else {
             let deadline = Instant::now() + WITHIN;
-            while !attempt.join("verdict.json").exists() {
+            while records(attempt) < 4 {
                 assert!(
                     Instant::now() < deadline,
                     "no verdict in {}",
@@ -317,12 +352,9 @@ fn a_power_cut_leaving_any_attempt_file_missing_empty_or_torn_never_runs_a_step_
             ran.lines().count()
         );
         let class = attempts(&run, 0)[0]["class"].clone();
-        if *mid_run {
-            // Killed with the service: no verdict can be had.
-            assert_eq!(class, "lost", "{case}: {run:#}");
-        } else if *file == "verdict.json" || (*file == "spec.json" && !matches!(how, Cut::Missing))
-        {
-            // The verdict (or what says whose attempt this is) is unreadable: lost.
+        if *mid_run || *file == "attempt.jsonl" {
+            // Killed with the service, or the verdict is cut (every record of the file
+            // comes before it): no verdict can be had.
             assert_eq!(class, "lost", "{case}: {run:#}");
         } else {
             assert_eq!(run["state"], "succeeded", "{case}: {run:#}");
@@ -330,6 +362,13 @@ fn a_power_cut_leaving_any_attempt_file_missing_empty_or_torn_never_runs_a_step_
     }
     let log = server.log();
     assert!(!log.contains("panicked"), "{log}");
+}
+
+/// Whole records in an attempt's `attempt.jsonl`.
+fn records(attempt: &Path) -> usize {
+    std::fs::read(attempt.join("attempt.jsonl"))
+        .map(|bytes| bytes.iter().filter(|b| **b == b'\n').count())
+        .unwrap_or(0)
 }
 
 /// libfaketime (Debian's `faketime`), which `.ci/run` installs.

@@ -205,7 +205,7 @@ fn a_confined_step_cannot_touch_scarab_but_still_does_ordinary_work() {
     }
     script.push_str(&format!(
         "ls '{0}/attempts/{other_fence}' >/dev/null 2>&1 || echo 'other attempt listing: denied'\n\
-         cat \"{0}/attempts/$SCARAB_FENCE/spec.json\" >/dev/null 2>&1 || echo 'own spec: denied'\n\
+         cat \"{0}/attempts/$SCARAB_FENCE/attempt.jsonl\" >/dev/null 2>&1 || echo 'own spec: denied'\n\
          echo planted > '{0}/planted' 2>/dev/null || echo 'write into state: denied'\n\
          rm -f '{0}/scarab.redb' 2>/dev/null; test -e '{0}/scarab.redb' && echo 'store still there'\n\
          kill -0 $sup 2>/dev/null || echo 'signal supervisor: denied'\n\

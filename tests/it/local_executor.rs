@@ -73,11 +73,11 @@ fn abort_at_handshake(attempts: &Path, launch: LaunchRecord) {
         dir.join(files::ABORTED).exists(),
         "the supervisor recorded that it gave up"
     );
-    assert!(!dir.join(files::SUPERVISOR).exists());
     assert!(
-        !dir.join(files::VERDICT).exists(),
-        "no verdict: nothing ran"
+        !files::supervisor_recorded(&dir),
+        "the supervisor's record is gone again"
     );
+    assert!(!files::verdict_recorded(&dir), "no verdict: nothing ran");
 }
 
 async fn next_report(reports: &mut mpsc::Receiver<Report>) -> Report {
@@ -91,25 +91,35 @@ async fn next_report(reports: &mut mpsc::Receiver<Report>) -> Report {
 async fn a_confirmed_attempt_cut_at_the_handshake_runs_once_under_its_fence_on_adoption() {
     let dir = common::tempdir().expect("tempdir");
     let attempts = dir.path().join("state").join("attempts");
-    let out = dir.path().join("out");
-    abort_at_handshake(&attempts, order(7, &out));
     let (executor, mut reports) = executor(&attempts);
-    let adoption = Adoption {
-        run: RunId(42),
-        step: 0,
-        fence: Fence(7),
-        executor: ExecutorKind::Local,
-    };
-    executor.adopt(&adoption).await.expect("adopt");
-    let report = next_report(&mut reports).await;
-    assert_eq!(report.fence, Fence(7));
-    assert_eq!(
-        report.verdict.outcome,
-        Outcome::Succeeded,
-        "{:?}",
-        report.verdict
-    );
-    assert_eq!(std::fs::read_to_string(&out).expect("out"), "7\n");
+    // Cut under this build, and under an older one (its spec in `spec.json`).
+    for (fence, older_build) in [(7, false), (8, true)] {
+        let out = dir.path().join(format!("out-{fence}"));
+        abort_at_handshake(&attempts, order(fence, &out));
+        let attempt_dir = files::attempt_dir(&attempts, Fence(fence));
+        if older_build {
+            make_older_build(&attempt_dir);
+        }
+        let adoption = Adoption {
+            run: RunId(42),
+            step: 0,
+            fence: Fence(fence),
+            executor: ExecutorKind::Local,
+        };
+        executor.adopt(&adoption).await.expect("adopt");
+        let report = next_report(&mut reports).await;
+        assert_eq!(report.fence, Fence(fence));
+        assert_eq!(
+            report.verdict.outcome,
+            Outcome::Succeeded,
+            "older build: {older_build}: {:?}",
+            report.verdict
+        );
+        assert_eq!(
+            std::fs::read_to_string(&out).expect("out"),
+            format!("{fence}\n")
+        );
+    }
 }
 
 #[tokio::test]
@@ -178,30 +188,57 @@ async fn a_confirmed_attempt_with_no_trace_is_lost_and_a_foreign_directory_is_no
     assert!(!out.exists(), "the other run's step was not started");
 }
 
+/// An attempt directory as an older build left it: `spec.json`, `supervisor.json` in
+/// pretty JSON, `verdict.json` (this build keeps all of it in `attempt.jsonl`).
+/// Called with the spec alone written: the spec record is the whole of an older
+/// `spec.json`.
+fn make_older_build(dir: &Path) {
+    std::fs::rename(dir.join(files::ATTEMPT), dir.join(files::LEGACY_SPEC)).expect("rename");
+}
+
 #[tokio::test]
 async fn an_unconfirmed_launch_whose_supervisor_died_before_the_step_is_started_afresh() {
     let dir = common::tempdir().expect("tempdir");
     let attempts = dir.path().join("state").join("attempts");
-    let out = dir.path().join("out");
-    // A supervisor recorded itself, then died (power cut, OOM kill) before its handshake.
-    let attempt_dir = files::attempt_dir(&attempts, Fence(11));
-    std::fs::create_dir_all(&attempt_dir).expect("dir");
-    let dead = files::ProcessIdentity {
-        pid: 999_999,
-        start_ticks: 1,
-    };
-    files::write_json(&attempt_dir, files::SUPERVISOR, &dead, false).expect("record");
     let (executor, mut reports) = executor(&attempts);
-    executor.launch(&order(11, &out)).await.expect("launch");
-    executor.launch_recorded(Fence(11));
-    let report = next_report(&mut reports).await;
-    assert_eq!(
-        report.verdict.outcome,
-        Outcome::Succeeded,
-        "{:?}",
-        report.verdict
-    );
-    assert_eq!(std::fs::read_to_string(&out).expect("out"), "11\n");
+    // A supervisor recorded itself, then died (power cut, OOM kill) before its handshake:
+    // of this build, and of an older one.
+    for (fence, older_build) in [(11, false), (12, true)] {
+        let out = dir.path().join(format!("out-{fence}"));
+        let attempt_dir = files::attempt_dir(&attempts, Fence(fence));
+        std::fs::create_dir_all(&attempt_dir).expect("dir");
+        let spec = Spec {
+            launch: order(fence, &out),
+            kill_grace_ms: 1000,
+        };
+        files::write_spec(&attempt_dir, &spec).expect("spec");
+        let dead = files::ProcessIdentity {
+            pid: 999_999,
+            start_ticks: 1,
+        };
+        if older_build {
+            make_older_build(&attempt_dir);
+            files::write_json(&attempt_dir, files::LEGACY_SUPERVISOR, &dead, false)
+                .expect("record");
+        } else {
+            files::write_supervisor(&attempt_dir, &dead).expect("record");
+        }
+        assert!(files::supervisor_recorded(&attempt_dir));
+        assert!(!files::child_recorded(&attempt_dir));
+        executor.launch(&order(fence, &out)).await.expect("launch");
+        executor.launch_recorded(Fence(fence));
+        let report = next_report(&mut reports).await;
+        assert_eq!(
+            report.verdict.outcome,
+            Outcome::Succeeded,
+            "older build: {older_build}: {:?}",
+            report.verdict
+        );
+        assert_eq!(
+            std::fs::read_to_string(&out).expect("out"),
+            format!("{fence}\n")
+        );
+    }
 }
 
 #[tokio::test]
@@ -259,8 +296,9 @@ async fn an_adopted_attempt_ends_when_its_supervisor_releases_it_though_the_proc
         .expect("spec");
         let me = files::ProcessIdentity::of(std::process::id() as i32).expect("own identity");
         let lock = if older_build {
+            make_older_build(&attempt_dir);
             let lock = std::fs::File::create(attempt_dir.join(files::LEGACY_LOCK)).expect("lock");
-            files::write_json(&attempt_dir, files::SUPERVISOR, &me, false).expect("record");
+            files::write_json(&attempt_dir, files::LEGACY_SUPERVISOR, &me, false).expect("record");
             lock
         } else {
             files::write_supervisor(&attempt_dir, &me).expect("record");
@@ -289,7 +327,12 @@ async fn an_adopted_attempt_ends_when_its_supervisor_releases_it_though_the_proc
             started_at: None,
             finished_at: scarab::clock::now(),
         };
-        files::write_verdict(&attempt_dir, &verdict).expect("verdict");
+        if older_build {
+            let older = scarab::store::records::v3::Verdict::from(&verdict);
+            files::write_json(&attempt_dir, files::LEGACY_VERDICT, &older, false).expect("verdict");
+        } else {
+            files::write_verdict(&attempt_dir, &verdict).expect("verdict");
+        }
         drop(lock);
         let report = next_report(&mut reports).await;
         assert_eq!(report.fence, Fence(fence));

@@ -3,6 +3,10 @@
 //! the old file), and the build now at that path starts on the same state dir. The steps
 //! are re-adopted: same attempt, same fence, run once. (Old stores opening with this
 //! build are `fixture_stores`' part.)
+//!
+//! The build installed first is this one, or the executable `SCARAB_UPGRADE_FROM` names
+//! (an older release, to upgrade from it for real: its supervisors write the attempt
+//! files of their day).
 
 use crate::common;
 use std::path::Path;
@@ -22,7 +26,8 @@ fn an_upgrade_in_place_readopts_the_running_steps() {
     let dir = common::tempdir().expect("tempdir");
     let installed = dir.path().join("bin/scarab");
     std::fs::create_dir_all(installed.parent().expect("parent")).expect("bin dir");
-    install(Path::new(BIN), &installed);
+    let from = std::env::var_os("SCARAB_UPGRADE_FROM").unwrap_or_else(|| BIN.into());
+    install(Path::new(&from), &installed);
     let ran = dir.path().join("ran");
     std::fs::create_dir_all(&ran).expect("ran dir");
     let mut server = Server::start_binary(&installed, &dir.path().join("state"), &[]);

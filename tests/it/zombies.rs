@@ -16,7 +16,7 @@ fn implausible_attempt_directories_never_raise_the_fence_counter() {
     for fence in [u64::MAX, 1 << 62, far_ahead] {
         let attempt = attempts.join(fence.to_string());
         std::fs::create_dir_all(&attempt).expect("attempt dir");
-        std::fs::write(attempt.join("spec.json"), b"{\"not\": \"a spec\"}").expect("spec");
+        std::fs::write(attempt.join("attempt.jsonl"), b"{\"not\": \"a spec\"}\n").expect("spec");
     }
     let server = Server::start(&state);
     let id = server.submit("name: z\nsteps:\n  - name: a\n    run: [\"true\"]\n");

@@ -1,17 +1,21 @@
 //! The fence-named attempt directory shared by the service and its supervisors.
 //!
-//! `<state>/attempts/<fence>/` holds `spec.json` (what to run), `supervisor.json` (written
-//! before the step is spawned: its presence means the step may have run; the step's own
-//! identity is appended to it once spawned), `kill.json` (Scarab's stop request),
-//! `stdout.log`, `stderr.log` and, last, `verdict.json`. The live supervisor holds a lock
-//! on the directory itself: a PID-reuse-safe liveness check.
+//! `<state>/attempts/<fence>/` holds `attempt.jsonl`, the attempt's record: one JSON
+//! record per line. The service writes the first, the spec (what to run), before the
+//! supervisor starts; the supervisor appends the others, each in one write: its own
+//! identity before the launch handshake (from the go on, its presence means the step may
+//! have run), the step's identity once spawned, and last the verdict. Beside it
+//! `kill.json` (Scarab's stop request), `stdout.log`, `stderr.log` and `aborted` (a
+//! supervisor that gave up at the launch handshake). The live supervisor holds a lock on
+//! the directory itself: a PID-reuse-safe liveness check.
 //!
-//! Few files, because each is an inode to allocate per attempt. Supervisors started by
-//! an older build (before an upgrade) held a `lock` file and wrote the step's identity to
-//! `child.json`; both are still honoured when present.
+//! One record file rather than a file per record, because each file is an inode to
+//! allocate per attempt. Older builds wrote `spec.json`, `supervisor.json` (and before
+//! that `child.json`), `verdict.json` and held a `lock` file; what supervisors started by
+//! them (before an upgrade) left is still read.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
@@ -21,19 +25,22 @@ use serde::{Deserialize, Serialize};
 use crate::engine::{Fence, KillReason, Verdict};
 use crate::store::records::{LaunchAction, LaunchRecord, v3};
 
-pub const SPEC: &str = "spec.json";
-/// The lock file of supervisors from older builds (they now lock the directory).
-pub const LEGACY_LOCK: &str = "lock";
-pub const SUPERVISOR: &str = "supervisor.json";
-/// Where supervisors from older builds recorded the step (it is now appended to
-/// `supervisor.json`).
-pub const LEGACY_CHILD: &str = "child.json";
+/// The attempt's record.
+pub const ATTEMPT: &str = "attempt.jsonl";
 pub const KILL: &str = "kill.json";
 /// Left by a supervisor that gave up at the launch handshake: the step never started.
 pub const ABORTED: &str = "aborted";
-pub const VERDICT: &str = "verdict.json";
 pub const STDOUT: &str = "stdout.log";
 pub const STDERR: &str = "stderr.log";
+/// Where older builds kept the spec, the supervisor's record and the verdict (now
+/// records of `attempt.jsonl`).
+pub const LEGACY_SPEC: &str = "spec.json";
+pub const LEGACY_SUPERVISOR: &str = "supervisor.json";
+pub const LEGACY_VERDICT: &str = "verdict.json";
+/// Where still older builds recorded the step (later appended to `supervisor.json`).
+pub const LEGACY_CHILD: &str = "child.json";
+/// The lock file of supervisors from older builds (they now lock the directory).
+pub const LEGACY_LOCK: &str = "lock";
 
 /// What the supervisor runs: the launch as the store recorded it, and the stop grace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,13 +52,22 @@ pub struct Spec {
 // The attempt files are read by other builds than the one that wrote them (a supervisor
 // started before an upgrade reports to the service after it), so their JSON is that of
 // the frozen record types, never of the engine's: format 3's, whose launch reads a
-// format-2 `spec.json` too (its one new field, `secrets`, defaults to none).
+// format-2 spec too (its one new field, `secrets`, defaults to none).
 
-/// `spec.json`.
+/// The spec: `attempt.jsonl`'s first record, and the whole of an older `spec.json`.
 #[derive(Serialize, Deserialize)]
 struct SpecFile {
     launch: v3::LaunchRecord,
     kill_grace_ms: u64,
+}
+
+/// A record the supervisor appends to `attempt.jsonl`.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Entry {
+    Supervisor(ProcessIdentity),
+    Child(ProcessIdentity),
+    Verdict(v3::Verdict),
 }
 
 /// `kill.json`.
@@ -60,25 +76,109 @@ struct KillFile {
     reason: v3::KillReason,
 }
 
+/// `attempt.jsonl` as read.
+struct Records {
+    /// The first line, or why it cannot be read.
+    spec: Result<SpecFile, String>,
+    /// The lines after it, in order: `None` for one that cannot be read (cut short by a
+    /// power cut, or by a full disk before this build cut such a record off again).
+    entries: Vec<Option<Entry>>,
+}
+
+impl Records {
+    /// `Ok(None)` when there is no `attempt.jsonl`.
+    fn read(dir: &Path) -> io::Result<Option<Records>> {
+        let Some(bytes) = read_bounded(dir, ATTEMPT)? else {
+            return Ok(None);
+        };
+        let mut lines = bytes
+            .split(|&b| b == b'\n')
+            .filter(|line| !line.iter().all(u8::is_ascii_whitespace));
+        let spec = match lines.next() {
+            None => Err("empty".to_string()),
+            Some(line) => serde_json::from_slice(line).map_err(|e| e.to_string()),
+        };
+        let entries = lines
+            .map(|line| serde_json::from_slice(line).ok())
+            .collect();
+        Ok(Some(Records { spec, entries }))
+    }
+
+    fn verdict(&self) -> Option<&v3::Verdict> {
+        self.entries.iter().find_map(|entry| match entry {
+            Some(Entry::Verdict(verdict)) => Some(verdict),
+            _ => None,
+        })
+    }
+
+    /// The supervisor's record, and the step's after it. A record that cannot be read
+    /// before the supervisor's is `InvalidData`: it may have been the supervisor's.
+    fn supervision(&self) -> io::Result<Option<Supervision>> {
+        let mut entries = self.entries.iter();
+        let supervisor = loop {
+            match entries.next() {
+                None => return Ok(None),
+                Some(None) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("{ATTEMPT}: a record before the supervisor's is unreadable"),
+                    ));
+                }
+                Some(Some(Entry::Supervisor(supervisor))) => break *supervisor,
+                Some(Some(_)) => {}
+            }
+        };
+        let child = entries.find_map(|entry| match entry {
+            Some(Entry::Child(child)) => Some(*child),
+            _ => None,
+        });
+        Ok(Some(Supervision { supervisor, child }))
+    }
+}
+
+/// Writes the spec as the first and only record of `attempt.jsonl`, replacing whatever
+/// the file held (atomically: a reader sees the old file or the new one).
 pub fn write_spec(dir: &Path, spec: &Spec) -> io::Result<()> {
     let file = SpecFile {
         launch: (&spec.launch).into(),
         kill_grace_ms: spec.kill_grace_ms,
     };
-    write_json(dir, SPEC, &file, false)
+    let mut line = serde_json::to_vec(&file).map_err(io::Error::other)?;
+    line.push(b'\n');
+    write_atomic(dir, ATTEMPT, &line, false)
 }
 
-/// `Ok(None)` when there is no spec; an implausible one is `InvalidData`.
+/// `Ok(None)` when there is no spec; an unreadable or implausible one is `InvalidData`.
 pub fn read_spec(dir: &Path) -> io::Result<Option<Spec>> {
-    let Some(file) = read_json::<SpecFile>(dir, SPEC)? else {
-        return Ok(None);
+    let file = match Records::read(dir)? {
+        Some(records) => records.spec.map_err(|e| {
+            io::Error::new(io::ErrorKind::InvalidData, format!("{ATTEMPT}: spec: {e}"))
+        })?,
+        None => match read_json::<SpecFile>(dir, LEGACY_SPEC)? {
+            Some(file) => file,
+            None => return Ok(None),
+        },
     };
     let launch = LaunchRecord::try_from(file.launch)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{SPEC}: {e}")))?;
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("spec: {e}")))?;
     Ok(Some(Spec {
         launch,
         kill_grace_ms: file.kill_grace_ms,
     }))
+}
+
+/// Appends one record to `attempt.jsonl` in one write. One that fails part-way (a full
+/// disk) is cut off again, so that no later record lands behind half of it.
+fn append(dir: &Path, entry: &Entry) -> io::Result<()> {
+    let mut line = serde_json::to_vec(entry).map_err(io::Error::other)?;
+    line.push(b'\n');
+    let mut file = OpenOptions::new().append(true).open(dir.join(ATTEMPT))?;
+    let before = file.metadata()?.len();
+    if let Err(error) = file.write_all(&line) {
+        let _ = file.set_len(before);
+        return Err(error);
+    }
+    Ok(())
 }
 
 /// Scarab's stop request, written durably: the supervisor acts on it even after a crash.
@@ -93,12 +193,24 @@ pub fn read_kill(dir: &Path) -> io::Result<Option<KillReason>> {
     Ok(read_json::<KillFile>(dir, KILL)?.map(|file| file.reason.into()))
 }
 
+/// Appends the verdict, the attempt's last record. Not fsynced: the service commits it
+/// durably to the store.
 pub fn write_verdict(dir: &Path, verdict: &Verdict) -> io::Result<()> {
-    write_json(dir, VERDICT, &v3::Verdict::from(verdict), false)
+    append(dir, &Entry::Verdict(verdict.into()))
 }
 
+/// The verdict of `attempt.jsonl`, or of an older build's `verdict.json` (one that
+/// cannot be read is `InvalidData`).
 pub fn read_verdict(dir: &Path) -> io::Result<Option<Verdict>> {
-    Ok(read_json::<v3::Verdict>(dir, VERDICT)?.map(Verdict::from))
+    if let Some(verdict) = Records::read(dir)?.as_ref().and_then(Records::verdict) {
+        return Ok(Some(verdict.clone().into()));
+    }
+    Ok(read_json::<v3::Verdict>(dir, LEGACY_VERDICT)?.map(Verdict::from))
+}
+
+/// Has a supervisor written a verdict (one that cannot be read counts)?
+pub fn verdict_recorded(dir: &Path) -> bool {
+    !matches!(read_verdict(dir), Ok(None))
 }
 
 /// The local command of a spec.
@@ -209,13 +321,32 @@ pub fn write_json<T: Serialize>(
 
 /// `Ok(None)` when the file does not exist.
 pub fn read_json<T: DeserializeOwned>(dir: &Path, name: &str) -> io::Result<Option<T>> {
-    match fs::read(dir.join(name)) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{name}: {e}"))),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
+    let Some(bytes) = read_bounded(dir, name)? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{name}: {e}")))
+}
+
+/// An attempt file, `Ok(None)` when it does not exist; one larger than
+/// `limits::ATTEMPT_FILE_MAX_BYTES` (no build writes one) is `InvalidData`.
+fn read_bounded(dir: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
+    let file = match File::open(dir.join(name)) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let max = crate::limits::ATTEMPT_FILE_MAX_BYTES;
+    let mut bytes = Vec::new();
+    file.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{name}: larger than {max} bytes"),
+        ));
     }
+    Ok(Some(bytes))
 }
 
 /// Opens the attempt directory to lock it: the supervisor holds an exclusive lock on it
@@ -247,41 +378,37 @@ pub fn supervisor_holds_lock(dir: &Path) -> io::Result<bool> {
     Ok(false)
 }
 
-/// What `supervisor.json` says: the supervisor, and the step once it was spawned.
+/// What the supervisor's records say: the supervisor, and the step once it was spawned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Supervision {
     pub supervisor: ProcessIdentity,
     pub child: Option<ProcessIdentity>,
 }
 
-/// Records the supervisor, atomically: the file is whole or absent.
+/// Records the supervisor, before the launch handshake.
 pub fn write_supervisor(dir: &Path, me: &ProcessIdentity) -> io::Result<()> {
-    write_atomic(dir, SUPERVISOR, &record_line(me)?, false)
+    append(dir, &Entry::Supervisor(*me))
 }
 
-/// Appends the spawned step's identity to `supervisor.json` in one write. A record cut
-/// short (a power cut) is read as not written.
+/// Records the spawned step. A record cut short (a power cut) is read as not written.
 pub fn append_child(dir: &Path, child: &ProcessIdentity) -> io::Result<()> {
-    OpenOptions::new()
-        .append(true)
-        .open(dir.join(SUPERVISOR))?
-        .write_all(&record_line(child)?)
+    append(dir, &Entry::Child(*child))
 }
 
-fn record_line(identity: &ProcessIdentity) -> io::Result<Vec<u8>> {
-    let mut line = serde_json::to_vec(identity).map_err(io::Error::other)?;
-    line.push(b'\n');
-    Ok(line)
-}
-
-/// `Ok(None)` when there is no `supervisor.json`; one whose first record is unreadable
-/// is `InvalidData`. The step's identity comes from the second record, or from the
-/// `child.json` of a supervisor of an older build.
+/// `Ok(None)` when no supervisor recorded itself; an unreadable record where the
+/// supervisor's would be is `InvalidData`. From `attempt.jsonl`, or from an older build's
+/// `supervisor.json` (the step's identity as its second record, or in `child.json`).
 pub fn read_supervision(dir: &Path) -> io::Result<Option<Supervision>> {
-    let bytes = match fs::read(dir.join(SUPERVISOR)) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
+    if let Some(supervision) = Records::read(dir)?
+        .map(|records| records.supervision())
+        .transpose()?
+        .flatten()
+    {
+        return Ok(Some(supervision));
+    }
+    let bytes = match read_bounded(dir, LEGACY_SUPERVISOR)? {
+        Some(bytes) => bytes,
+        None => return Ok(None),
     };
     let (first, rest) = first_record(&bytes);
     let supervisor = match first {
@@ -289,13 +416,13 @@ pub fn read_supervision(dir: &Path) -> io::Result<Option<Supervision>> {
         Some(Err(e)) => {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("{SUPERVISOR}: {e}"),
+                format!("{LEGACY_SUPERVISOR}: {e}"),
             ));
         }
         None => {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("{SUPERVISOR}: empty"),
+                format!("{LEGACY_SUPERVISOR}: empty"),
             ));
         }
     };
@@ -312,16 +439,43 @@ pub fn read_supervision(dir: &Path) -> io::Result<Option<Supervision>> {
     Ok(Some(Supervision { supervisor, child }))
 }
 
-/// May the step have been spawned, as far as the attempt directory tells? Anything after
-/// the supervisor's record, even a record cut short, and an unreadable record say yes; an
-/// empty file says no.
+/// Did a supervisor take this attempt (so its step may have run)? Anything after the
+/// spec says yes, even a record that cannot be read, and so does whatever cannot be read
+/// at all.
+pub fn supervisor_recorded(dir: &Path) -> bool {
+    if dir.join(LEGACY_SUPERVISOR).exists() {
+        return true;
+    }
+    match Records::read(dir) {
+        Ok(Some(records)) => !records.entries.is_empty(),
+        Ok(None) => false,
+        Err(_) => true,
+    }
+}
+
+/// May the step have been spawned, as far as the attempt directory tells? A record of
+/// the step says yes, and so does a record that cannot be read (it may have been the
+/// step's, cut short) and whatever cannot be read at all.
 pub fn child_recorded(dir: &Path) -> bool {
     if dir.join(LEGACY_CHILD).exists() {
         return true;
     }
-    let bytes = match fs::read(dir.join(SUPERVISOR)) {
-        Ok(bytes) => bytes,
-        Err(e) => return e.kind() != io::ErrorKind::NotFound,
+    match Records::read(dir) {
+        Ok(Some(records))
+            if records
+                .entries
+                .iter()
+                .any(|entry| matches!(entry, None | Some(Entry::Child(_)))) =>
+        {
+            return true;
+        }
+        Ok(_) => {}
+        Err(_) => return true,
+    }
+    let bytes = match read_bounded(dir, LEGACY_SUPERVISOR) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return false,
+        Err(_) => return true,
     };
     match first_record(&bytes) {
         (Some(Ok(_)), rest) => rest.iter().any(|b| !b.is_ascii_whitespace()),
@@ -330,8 +484,27 @@ pub fn child_recorded(dir: &Path) -> bool {
     }
 }
 
-/// `supervisor.json`'s first record (the supervisor's; `None` if the file is empty) and
-/// the bytes after it.
+/// Forgets a supervisor that gave up at the launch handshake (its step never started):
+/// `attempt.jsonl` keeps only the spec, and an older build's `supervisor.json` goes.
+pub fn forget_supervisor(dir: &Path) -> io::Result<()> {
+    match fs::remove_file(dir.join(LEGACY_SUPERVISOR)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let Some(bytes) = read_bounded(dir, ATTEMPT)? else {
+        return Ok(());
+    };
+    if let Some(end) = bytes.iter().position(|&b| b == b'\n') {
+        OpenOptions::new()
+            .write(true)
+            .open(dir.join(ATTEMPT))?
+            .set_len(end as u64 + 1)?;
+    }
+    Ok(())
+}
+
+/// An older build's `supervisor.json`: its first record (the supervisor's; `None` if the
+/// file is empty) and the bytes after it.
 fn first_record(bytes: &[u8]) -> (Option<serde_json::Result<ProcessIdentity>>, &[u8]) {
     let mut records = serde_json::Deserializer::from_slice(bytes).into_iter::<ProcessIdentity>();
     let first = records.next();
@@ -364,15 +537,68 @@ mod tests {
         (root, dir)
     }
 
+    fn spec(fence: u64) -> Spec {
+        Spec {
+            launch: LaunchRecord {
+                run: crate::engine::RunId(3),
+                step: 0,
+                step_name: "s".into(),
+                attempt: 1,
+                fence: Fence(fence),
+                action: LaunchAction::Local {
+                    argv: vec!["true".into()],
+                    env: vec![],
+                    secrets: vec![],
+                    workdir: None,
+                },
+                timeout_ms: 1000,
+            },
+            kill_grace_ms: 500,
+        }
+    }
+
+    fn verdict() -> Verdict {
+        Verdict {
+            outcome: crate::engine::Outcome::Succeeded,
+            started: true,
+            reason: "exited 0\non two lines".into(),
+            exit_code: Some(0),
+            started_at: None,
+            finished_at: crate::clock::now(),
+        }
+    }
+
+    /// Keeps the first `whole` lines of the record file, and `extra` bytes of the next.
+    fn cut(dir: &Path, whole: usize, extra: usize) {
+        let bytes = fs::read(dir.join(ATTEMPT)).expect("bytes");
+        let mut end = 0;
+        for _ in 0..whole {
+            end += bytes[end..]
+                .iter()
+                .position(|&b| b == b'\n')
+                .expect("a line")
+                + 1;
+        }
+        fs::write(dir.join(ATTEMPT), &bytes[..end + extra]).expect("cut");
+    }
+
     #[test]
-    fn the_steps_identity_is_appended_to_the_supervisors_record_and_a_torn_one_is_not_read() {
+    fn the_records_follow_the_spec_in_one_file_and_a_torn_one_is_not_read() {
         let (_root, dir) = attempt();
+        assert_eq!(read_spec(&dir).expect("read"), None);
+        assert!(
+            write_supervisor(&dir, &identity(9)).is_err(),
+            "no spec, no file"
+        );
+        write_spec(&dir, &spec(7)).expect("spec");
+        assert_eq!(read_spec(&dir).expect("read"), Some(spec(7)));
         assert_eq!(read_supervision(&dir).expect("read"), None);
-        assert!(!child_recorded(&dir));
+        assert!(!supervisor_recorded(&dir) && !child_recorded(&dir));
 
         write_supervisor(&dir, &identity(10)).expect("supervisor");
         let alone = read_supervision(&dir).expect("read").expect("recorded");
         assert_eq!((alone.supervisor, alone.child), (identity(10), None));
+        assert!(supervisor_recorded(&dir));
         assert!(!child_recorded(&dir), "no step yet");
 
         append_child(&dir, &identity(11)).expect("child");
@@ -382,33 +608,71 @@ mod tests {
             (identity(10), Some(identity(11)))
         );
         assert!(child_recorded(&dir));
+        assert_eq!(read_verdict(&dir).expect("read"), None);
+        assert!(!verdict_recorded(&dir));
+        write_verdict(&dir, &verdict()).expect("verdict");
+        assert_eq!(read_verdict(&dir).expect("read"), Some(verdict()));
+        assert!(verdict_recorded(&dir));
+        assert_eq!(read_spec(&dir).expect("read"), Some(spec(7)), "still first");
 
-        // A power cut in the middle of the append: the step may have been spawned, but
-        // its identity is not made up from half a record.
-        let bytes = fs::read(dir.join(SUPERVISOR)).expect("bytes");
-        let first = bytes.iter().position(|&b| b == b'\n').expect("a line") + 1;
-        fs::write(dir.join(SUPERVISOR), &bytes[..first + 8]).expect("torn");
+        // A power cut in the middle of the verdict: no verdict, the rest as it was.
+        cut(&dir, 3, 10);
+        assert_eq!(read_verdict(&dir).expect("read"), None);
+        assert_eq!(read_supervision(&dir).expect("read"), Some(both));
+        // In the middle of the step's record: the step may have been spawned, but its
+        // identity is not made up from half a record.
+        cut(&dir, 2, 8);
         let torn = read_supervision(&dir).expect("read").expect("recorded");
         assert_eq!((torn.supervisor, torn.child), (identity(10), None));
         assert!(child_recorded(&dir), "something was appended");
-
-        // Cut short in the supervisor's own record: unreadable, and it may have spawned.
-        fs::write(dir.join(SUPERVISOR), &bytes[..first / 2]).expect("torn");
+        // In the supervisor's own record: unreadable, and it may have spawned.
+        cut(&dir, 1, 5);
         let error = read_supervision(&dir).expect_err("torn record");
         assert_eq!(error.kind(), io::ErrorKind::InvalidData);
-        assert!(child_recorded(&dir));
-        // An empty file (a power cut before its data reached the disk) recorded nothing.
-        fs::write(dir.join(SUPERVISOR), b"").expect("empty");
-        assert!(!child_recorded(&dir));
+        assert!(supervisor_recorded(&dir) && child_recorded(&dir));
+        // A supervisor that gave up at the handshake is forgotten: the spec alone is left.
+        forget_supervisor(&dir).expect("forget");
+        assert_eq!(read_supervision(&dir).expect("read"), None);
+        assert!(!supervisor_recorded(&dir) && !child_recorded(&dir));
+        assert_eq!(read_spec(&dir).expect("read"), Some(spec(7)));
+        // In the spec: unreadable, and so is an empty file (a power cut before its data
+        // reached the disk).
+        cut(&dir, 0, 20);
+        let error = read_spec(&dir).expect_err("torn spec");
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+        fs::write(dir.join(ATTEMPT), b"").expect("empty");
+        assert!(read_spec(&dir).is_err());
+        assert!(!supervisor_recorded(&dir) && !child_recorded(&dir));
+        // A record that cannot be read before the supervisor's may have been it.
+        fs::write(dir.join(ATTEMPT), b"{}\n\0\0\0\n").expect("zeros");
+        assert!(read_supervision(&dir).is_err());
+        assert!(supervisor_recorded(&dir) && child_recorded(&dir));
+    }
+
+    #[test]
+    fn a_file_larger_than_any_build_writes_is_refused_unread() {
+        let (_root, dir) = attempt();
+        let large = crate::limits::ATTEMPT_FILE_MAX_BYTES as usize + 1;
+        fs::write(dir.join(ATTEMPT), vec![b' '; large]).expect("large");
+        let error = read_spec(&dir).expect_err("too large");
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+        assert!(error.to_string().contains(ATTEMPT), "{error}");
+        assert!(supervisor_recorded(&dir) && child_recorded(&dir));
     }
 
     #[test]
     fn the_files_of_a_supervisor_from_an_older_build_are_still_read() {
         let (_root, dir) = attempt();
-        // Older builds wrote pretty JSON to `supervisor.json` and the step to `child.json`.
-        write_json(&dir, SUPERVISOR, &identity(20), false).expect("old supervisor");
+        // The spec record is the whole of an older build's `spec.json`.
+        write_spec(&dir, &spec(8)).expect("spec");
+        fs::rename(dir.join(ATTEMPT), dir.join(LEGACY_SPEC)).expect("rename");
+        assert_eq!(read_spec(&dir).expect("read"), Some(spec(8)));
+        // They wrote pretty JSON to `supervisor.json` and, earlier, the step to
+        // `child.json`.
+        write_json(&dir, LEGACY_SUPERVISOR, &identity(20), false).expect("old supervisor");
         let alone = read_supervision(&dir).expect("read").expect("recorded");
         assert_eq!((alone.supervisor, alone.child), (identity(20), None));
+        assert!(supervisor_recorded(&dir));
         assert!(!child_recorded(&dir));
         write_json(&dir, LEGACY_CHILD, &identity(21), false).expect("old child");
         let both = read_supervision(&dir).expect("read").expect("recorded");
@@ -417,6 +681,30 @@ mod tests {
             (identity(20), Some(identity(21)))
         );
         assert!(child_recorded(&dir));
+        // The step's record appended to `supervisor.json`, as the builds in between did.
+        fs::remove_file(dir.join(LEGACY_CHILD)).expect("remove");
+        let mut appended = fs::read(dir.join(LEGACY_SUPERVISOR)).expect("read");
+        appended.extend_from_slice(b"{\"pid\":22,\"start_ticks\":1022}\n");
+        fs::write(dir.join(LEGACY_SUPERVISOR), appended).expect("append");
+        let appended = read_supervision(&dir).expect("read").expect("recorded");
+        assert_eq!(appended.child, Some(identity(22)));
+        assert!(child_recorded(&dir));
+        // Their verdict, and one torn by a power cut.
+        assert!(!verdict_recorded(&dir));
+        write_json(&dir, LEGACY_VERDICT, &v3::Verdict::from(&verdict()), false).expect("v");
+        assert_eq!(read_verdict(&dir).expect("read"), Some(verdict()));
+        fs::write(dir.join(LEGACY_VERDICT), b"{\"outcome\":").expect("torn");
+        assert_eq!(
+            read_verdict(&dir).expect_err("torn").kind(),
+            io::ErrorKind::InvalidData
+        );
+        assert!(
+            verdict_recorded(&dir),
+            "a torn verdict is not a missing one"
+        );
+        // A supervisor that gave up at the handshake is forgotten in that layout too.
+        forget_supervisor(&dir).expect("forget");
+        assert!(!dir.join(LEGACY_SUPERVISOR).exists());
     }
 
     #[test]

@@ -116,9 +116,9 @@ impl LocalExecutor {
     /// Reads the attempt directory. A supervisor that holds the lock but has not yet
     /// recorded itself is waited for briefly.
     ///
-    /// Files are written atomically, so a torn one can only be the leftover of a power
-    /// cut: a torn verdict is no verdict (`lost`), a torn supervisor record is a
-    /// supervisor that is gone.
+    /// A record that cannot be read is one being appended (looked at again while its
+    /// supervisor lives) or the leftover of a power cut: a torn verdict is no verdict
+    /// (`lost`), a torn supervisor record is a supervisor that is gone.
     async fn probe(&self, dir: &Path) -> io::Result<Probe> {
         for _ in 0..200 {
             if let Some(probe) = read_verdict(dir)? {
@@ -132,6 +132,8 @@ impl LocalExecutor {
                 Err(e) if e.kind() == io::ErrorKind::InvalidData && !alive => {
                     return Ok(Probe::Vanished);
                 }
+                // A live supervisor may be appending its record at this very moment.
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => None,
                 other => other?,
             };
             match (alive, identity) {
@@ -461,7 +463,7 @@ impl Executor for LocalExecutor {
                 remove_if_present(&dir, files::ABORTED).map_err(Self::io_error(&dir))?
             }
             Probe::Vanished if !files::child_recorded(&dir) => {
-                remove_if_present(&dir, files::SUPERVISOR).map_err(Self::io_error(&dir))?
+                files::forget_supervisor(&dir).map_err(Self::io_error(&dir))?
             }
             other => {
                 self.take_over(order.run, step, order.fence, other).await;

@@ -29,7 +29,7 @@ pub enum SuperviseError {
         #[source]
         source: io::Error,
     },
-    #[error("attempt directory {0} has no spec.json")]
+    #[error("attempt directory {0} has no spec")]
     NoSpec(String),
 }
 
@@ -42,7 +42,7 @@ enum Event {
 }
 
 /// Runs the attempt in `dir` to its verdict, with the launch handshake on stdin. Returns
-/// once `verdict.json` is written (or when another supervisor already finished this
+/// once its verdict is recorded (or when another supervisor already finished this
 /// attempt).
 pub fn supervise(dir: &Path) -> Result<(), SuperviseError> {
     let handshake =
@@ -91,7 +91,7 @@ pub fn supervise_confined(
     // Blocking: a service probing liveness holds a shared lock for an instant.
     rustix::fs::flock(lock.as_fd(), rustix::fs::FlockOperation::LockExclusive)
         .map_err(|e| io_error(e.into()))?;
-    if dir.join(files::VERDICT).exists() {
+    if files::verdict_recorded(dir) {
         return Ok(Ending::Clean);
     }
     // A marker left by an earlier supervisor that gave up at the handshake is stale now
@@ -104,6 +104,11 @@ pub fn supervise_confined(
     let spec: Spec = files::read_spec(dir)
         .map_err(io_error)?
         .ok_or_else(|| SuperviseError::NoSpec(dir.display().to_string()))?;
+    // An attempt an older build launched (before an upgrade) has its spec in `spec.json`:
+    // the records this supervisor appends go to `attempt.jsonl`.
+    if !dir.join(files::ATTEMPT).exists() {
+        files::write_spec(dir, &spec).map_err(io_error)?;
+    }
     let mut ending = Ending::Clean;
     let Some(verdict) =
         run_attempt(dir, &spec, confinement, &handshake, &mut ending).map_err(io_error)?
@@ -148,7 +153,7 @@ fn run_attempt(
     handshake: &std::os::fd::OwnedFd,
     ending: &mut Ending,
 ) -> io::Result<Option<Verdict>> {
-    if dir.join(files::SUPERVISOR).exists() {
+    if files::supervisor_recorded(dir) {
         // A supervisor of this fence ran before and died without a verdict: its step may
         // have run. Never start it again under the same fence.
         return Ok(Some(never_ran_verdict(
@@ -205,7 +210,7 @@ fn run_attempt(
         }
         Handshake::ServiceGone => {
             files::write_atomic(dir, files::ABORTED, b"", false)?;
-            std::fs::remove_file(dir.join(files::SUPERVISOR))?;
+            files::forget_supervisor(dir)?;
             return Ok(None);
         }
     };

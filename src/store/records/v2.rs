@@ -329,7 +329,7 @@ pub fn step_from_row((state, gate, try_start): StepRow) -> Result<engine::RunSte
 }
 
 // ---------------------------------------------------------------------------------------
-// Attempts and verdicts (also the JSON of `verdict.json` and `kill.json`)
+// Attempts and verdicts (also the JSON of an attempt's verdict record and `kill.json`)
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attempt {
@@ -560,7 +560,7 @@ impl From<PipelineSource> for domain::PipelineSource {
 }
 
 // ---------------------------------------------------------------------------------------
-// Launches (also the `launch` of an attempt's `spec.json`)
+// Launches (also the `launch` of an attempt's spec record)
 //
 // A launch, and the outbox message and dead letter that carry one, are generic over what
 // they carry: the parameter changes no byte of the encoding, and lets a later format that

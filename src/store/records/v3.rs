@@ -12,7 +12,7 @@ pub use super::v2::{
 };
 use crate::store::records as domain;
 
-/// A launch (also the `launch` of an attempt's `spec.json`).
+/// A launch (also the `launch` of an attempt's spec record).
 pub type LaunchRecord = super::v2::LaunchRecord<LaunchAction>;
 pub type OutboxMessage = super::v2::OutboxMessage<LaunchRecord>;
 pub type DeadLetter = super::v2::DeadLetter<LaunchRecord>;

@@ -390,20 +390,7 @@ pub fn reap_attempts(attempts: &Path) {
         return;
     };
     for entry in entries.flatten() {
-        // `supervisor.json` holds the supervisor's identity, then the step's.
-        let Ok(text) = std::fs::read_to_string(entry.path().join("supervisor.json")) else {
-            continue;
-        };
-        let identities = serde_json::Deserializer::from_str(&text).into_iter::<Value>();
-        for (index, identity) in identities.map_while(Result::ok).enumerate() {
-            let (Some(pid), Some(ticks)) =
-                (identity["pid"].as_i64(), identity["start_ticks"].as_u64())
-            else {
-                continue;
-            };
-            let pid = pid as i32;
-            // Every record but the supervisor's is a step, stopped with its group.
-            let group = index > 0;
+        for (pid, ticks, group) in recorded_processes(&entry.path()) {
             if start_ticks(pid) == Some(ticks) {
                 unsafe {
                     libc::kill(if group { -pid } else { pid }, libc::SIGKILL);
@@ -411,6 +398,26 @@ pub fn reap_attempts(attempts: &Path) {
             }
         }
     }
+}
+
+/// The processes an attempt directory records: (pid, start ticks, is the step). The
+/// records of `attempt.jsonl` after its spec: `{"supervisor": ...}`, then `{"child": ...}`.
+pub fn recorded_processes(attempt: &Path) -> Vec<(i32, u64, bool)> {
+    let Ok(text) = std::fs::read_to_string(attempt.join("attempt.jsonl")) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|record| {
+            let (identity, group) = match (&record["supervisor"], &record["child"]) {
+                (Value::Object(_), _) => (&record["supervisor"], false),
+                (_, Value::Object(_)) => (&record["child"], true),
+                _ => return None,
+            };
+            let pid = i32::try_from(identity["pid"].as_i64()?).ok()?;
+            Some((pid, identity["start_ticks"].as_u64()?, group))
+        })
+        .collect()
 }
 
 fn start_ticks(pid: i32) -> Option<u64> {
