@@ -369,7 +369,7 @@ def main():
     r = results["scarab"]
     every = ", ".join(f"{x['creates_us']:.0f}" for x in rounds["scarab"])
     print(f"An inode created in the scratch before each Scarab round: {every} us (median of 200); "
-          "Scarab creates 4 per attempt. Above ~50 us, recently deleted files of this filesystem "
+          "Scarab creates 2 per attempt (its directory and attempt.jsonl). Above ~50 us, recently deleted files of this filesystem "
           "are slowing Scarab down (see create_cost_us)")
     print(f"Scarab RSS right after one run (a supervisor kept for the next): {r['rss_warm']:.1f} MB; "
           f"after the {args.runs} runs: {r['rss_after']:.1f} MB")
