@@ -6,6 +6,9 @@ per run and mean commit (its metrics before and after).
 
 Usage: python3 benches/peer/cpu.py N [SCARAB_BINARY ...]; with several binaries they take
 turns, which is how docs/benchmarks.md compares two builds on this noisy machine.
+PEER_CHURN=K first creates K directories with a file in each and removes them, before
+every round: on ext4 without a journal that makes the round's inode creates dear (see
+peer.create_cost_us), the other regime to compare builds in.
 """
 
 import os
@@ -23,8 +26,21 @@ def busy_ticks():
     return user + nice + system + irq + softirq
 
 
+def churn(root, k):
+    """K directories with an empty file in each, created and removed."""
+    if k <= 0:
+        return
+    made = tempfile.mkdtemp(prefix="churn-", dir=root)
+    for i in range(k):
+        entry = os.path.join(made, str(i))
+        os.mkdir(entry)
+        open(os.path.join(entry, "f"), "w").close()
+    shutil.rmtree(made)
+
+
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+    churned = int(os.environ.get("PEER_CHURN", "0"))
     binaries = sys.argv[2:] or ["target/release/scarab"]
     scratch = tempfile.mkdtemp(prefix="cpu-", dir=peer.scratch_root()[0])
     hz = os.sysconf("SC_CLK_TCK")
@@ -33,6 +49,7 @@ def main():
     try:
         for exe in binaries:
             # Outside the CPU counted: it is the filesystem's state, not Scarab's work.
+            churn(scratch, churned)
             creates = peer.create_cost_us(scratch)
             before = busy_ticks()
             result = peer.scarab(n, os.path.abspath(exe), scratch, creates)
