@@ -472,6 +472,110 @@ fn a_schema_1_store_loses_its_in_flight_index_and_backstop_timers_and_nothing_el
     );
 }
 
+/// Schema 2 kept a run's pipeline, steps, attempts and history in four tables; opening
+/// such a store moves every row into `run_rows` and drops the four, and each run reads
+/// back as it did.
+#[test]
+fn a_schema_2_store_has_its_run_rows_moved_into_one_table_unchanged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("s.redb");
+    let source = |text: &str| PipelineSource {
+        format: SourceFormat::Yaml,
+        text: text.into(),
+        params: Some(Vec::new()),
+    };
+    let record = |kind: &str| HistoryRecord {
+        at: Timestamp(1),
+        kind: kind.into(),
+        detail: "{}".into(),
+    };
+    let before = {
+        let store = Store::open(&path).expect("open");
+        let mut tx = store.write().expect("write");
+        for (id, steps) in [(5u128, 2usize), (6, 1)] {
+            tx.put_pipeline(RunId(id), &source(&format!("name: p{id}")))
+                .expect("pipeline");
+            tx.put_run(&header(id, RunState::Running, 10), None)
+                .expect("run");
+            for step in 0..steps {
+                tx.put_step(RunId(id), step, &RunStep::in_state(StepState::Active))
+                    .expect("step");
+                tx.put_attempt(RunId(id), step, &attempt(1, id as u64 * 10, true))
+                    .expect("attempt");
+                tx.put_attempt(RunId(id), step, &attempt(2, id as u64 * 10 + 1, false))
+                    .expect("attempt");
+            }
+            tx.append_history_all(RunId(id), &[record("submitted"), record("started")])
+                .expect("history");
+        }
+        // Back to schema 2's layout: each row into its own table, `run_rows` gone.
+        {
+            let rows: Vec<(RowKey, Vec<u8>)> = tx
+                .inner
+                .open_table(ROWS)
+                .expect("rows")
+                .iter()
+                .expect("iter")
+                .map(|entry| {
+                    let (key, value) = entry.expect("entry");
+                    (key.value(), value.value().to_vec())
+                })
+                .collect();
+            let t = &tx.inner;
+            for ((run, kind, step, number), value) in rows {
+                let value = value.as_slice();
+                let inserted = match kind {
+                    ROW_PIPELINE => t
+                        .open_table(PIPELINES_V2)
+                        .and_then(|mut t| Ok(t.insert(run, value).map(|_| ())?)),
+                    ROW_STEP => t
+                        .open_table(STEPS_V2)
+                        .and_then(|mut t| Ok(t.insert((run, step), value).map(|_| ())?)),
+                    ROW_ATTEMPT => t
+                        .open_table(ATTEMPTS_V2)
+                        .and_then(|mut t| Ok(t.insert((run, step, number), value).map(|_| ())?)),
+                    _ => t
+                        .open_table(HISTORY_V2)
+                        .and_then(|mut t| Ok(t.insert((run, number), value).map(|_| ())?)),
+                };
+                inserted.expect("insert");
+            }
+        }
+        tx.inner
+            .delete_table(ROWS)
+            .expect("no run_rows in schema 2");
+        tx.set_meta(META_SCHEMA_VERSION, 2).expect("meta");
+        tx.commit().expect("commit");
+        let names = store.table_names().expect("names");
+        assert!(names.contains(&"attempts".to_string()), "{names:?}");
+        assert!(!names.contains(&"run_rows".to_string()), "{names:?}");
+        (5u128..=6).map(RunId).collect::<Vec<_>>()
+    };
+    let store = Store::open(&path).expect("migrated");
+    let names = store.table_names().expect("names");
+    for old in ["pipelines", "steps", "attempts", "history"] {
+        assert!(!names.contains(&old.to_string()), "{old} left: {names:?}");
+    }
+    let read = store.read().expect("read");
+    for id in before {
+        let run = read.run(id).expect("read").expect("the run is there");
+        let steps = if id == RunId(5) { 2 } else { 1 };
+        assert_eq!(run.source, source(&format!("name: p{}", id.0)));
+        assert_eq!(run.steps.len(), steps);
+        for step in &run.steps {
+            let fences: Vec<u64> = step.attempts.iter().map(|a| a.fence.0).collect();
+            assert_eq!(fences, vec![id.0 as u64 * 10, id.0 as u64 * 10 + 1]);
+        }
+        let kinds: Vec<String> = read
+            .history(id, None, 10)
+            .expect("history")
+            .into_iter()
+            .map(|(_, r)| r.kind)
+            .collect();
+        assert_eq!(kinds, vec!["submitted", "started"]);
+    }
+}
+
 #[test]
 fn a_backup_copies_every_table_and_reopens_with_the_same_rows() {
     let (dir, store) = store();
