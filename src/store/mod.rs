@@ -356,7 +356,19 @@ impl Store {
             Some(v) if v > u64::from(SCHEMA_VERSION) => {
                 return Err(StoreError::SchemaTooNew { found: v });
             }
-            Some(v) => migrate(&mut tx, v)?,
+            Some(v) if v < u64::from(SCHEMA_VERSION) => {
+                let started = std::time::Instant::now();
+                migrate(&mut tx, v)?;
+                tx.commit()?;
+                tracing::info!(
+                    from = v,
+                    to = SCHEMA_VERSION,
+                    took_ms = started.elapsed().as_millis() as u64,
+                    "store upgraded to this build's schema"
+                );
+                return Ok(());
+            }
+            Some(_) => {}
         }
         tx.commit()
     }
