@@ -27,7 +27,7 @@ use records::{
 /// the `backstop_due` of its running attempt, which the driver keeps in memory); a
 /// finished run's retention is found through the state index (`RETENTION_SWEPT`) rather
 /// than by a timer of its own.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 2;
 
 type TimerKeyTuple = (u64, u128, u16, u8, u64);
 
@@ -35,26 +35,12 @@ type TimerKeyTuple = (u64, u128, u16, u8, u64);
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 /// RunId → `RunHeader`.
 const RUNS: TableDefinition<u128, &[u8]> = TableDefinition::new("runs");
-/// Everything of a run but its header, under (run, row kind, step index, number): its
-/// `PipelineSource` (written once), each step's `RunStep`, each attempt (by step and
-/// attempt number) and its history (by sequence). One tree, with a run's rows side by
-/// side, so that a transition of a run rewrites one leaf rather than one per table
-/// (schema 3; until schema 2 these were four tables, `PIPELINES_V2` and the others).
-const ROWS: TableDefinition<RowKey, &[u8]> = TableDefinition::new("run_rows");
-type RowKey = (u128, u8, u16, u32);
-/// The row kinds of `ROWS`, in the order a run's rows are kept.
-const ROW_PIPELINE: u8 = 0;
-const ROW_STEP: u8 = 1;
-const ROW_ATTEMPT: u8 = 2;
-const ROW_HISTORY: u8 = 3;
-/// The tables schema 2 kept a run's rows in, moved into `ROWS` by the migration to
-/// schema 3: run → pipeline, (run, step) → step, (run, step, number) → attempt, (run,
-/// sequence) → history record.
-const PIPELINES_V2: TableDefinition<u128, &[u8]> = TableDefinition::new("pipelines");
-const STEPS_V2: TableDefinition<(u128, u16), &[u8]> = TableDefinition::new("steps");
-const ATTEMPTS_V2: TableDefinition<(u128, u16, u32), &[u8]> = TableDefinition::new("attempts");
-const HISTORY_V2: TableDefinition<(u128, u32), &[u8]> = TableDefinition::new("history");
-
+/// RunId → `PipelineSource`, written once per run.
+const PIPELINES: TableDefinition<u128, &[u8]> = TableDefinition::new("pipelines");
+/// (run, step index) → `StepState`.
+const STEPS: TableDefinition<(u128, u16), &[u8]> = TableDefinition::new("steps");
+/// (run, step index, attempt number) → `Attempt`.
+const ATTEMPTS: TableDefinition<(u128, u16, u32), &[u8]> = TableDefinition::new("attempts");
 /// Schema 1's index of attempts not yet finished (fence → (run, step, attempt number)),
 /// deleted by the migration to schema 2.
 const INFLIGHT_V1: &str = "inflight_attempts";
@@ -66,7 +52,8 @@ const TIMERS: TableDefinition<TimerKeyTuple, ()> = TableDefinition::new("timers"
 const OUTBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox");
 /// Index of outbox messages by (next delivery ms, id).
 const OUTBOX_DUE: TableDefinition<(u64, u64), ()> = TableDefinition::new("outbox_due");
-
+/// Append-only history: (run, sequence) → `HistoryRecord`.
+const HISTORY: TableDefinition<(u128, u32), &[u8]> = TableDefinition::new("history");
 /// The dead-letter queue: message id → `DeadLetter`.
 const DEAD_LETTERS: TableDefinition<u64, &[u8]> = TableDefinition::new("dead_letters");
 /// The auto-retry sweep's index: dead-lettered, auto-retryable runs by (eligible ms, run).
@@ -325,11 +312,14 @@ impl Store {
         {
             let t = &tx.inner;
             t.open_table(RUNS)?;
-            t.open_table(ROWS)?;
+            t.open_table(PIPELINES)?;
+            t.open_table(STEPS)?;
+            t.open_table(ATTEMPTS)?;
             t.open_table(RUNS_BY_STATE)?;
             t.open_table(TIMERS)?;
             t.open_table(OUTBOX)?;
             t.open_table(OUTBOX_DUE)?;
+            t.open_table(HISTORY)?;
             t.open_table(IDEMPOTENCY)?;
             t.open_table(DEAD_LETTERS)?;
             t.open_table(AUTO_RETRY_DUE)?;
@@ -418,45 +408,9 @@ fn migrate(tx: &mut WriteTx, from: u64) -> Result<(), StoreError> {
             }
         }
     }
-    if from < 3 {
-        // A run's pipeline, steps, attempts and history move into one tree, each row
-        // under its run and kind; the bytes of every row are kept as they are.
-        let mut rows = tx.inner.open_table(ROWS)?;
-        move_rows(&tx.inner, &mut rows, PIPELINES_V2, |run| {
-            (run, ROW_PIPELINE, 0, 0)
-        })?;
-        move_rows(&tx.inner, &mut rows, STEPS_V2, |(run, step)| {
-            (run, ROW_STEP, step, 0)
-        })?;
-        move_rows(&tx.inner, &mut rows, ATTEMPTS_V2, |(run, step, number)| {
-            (run, ROW_ATTEMPT, step, number)
-        })?;
-        move_rows(&tx.inner, &mut rows, HISTORY_V2, |(run, seq)| {
-            (run, ROW_HISTORY, 0, seq)
-        })?;
-    }
     if from < u64::from(SCHEMA_VERSION) {
         tx.set_meta(META_SCHEMA_VERSION, u64::from(SCHEMA_VERSION))?;
     }
-    Ok(())
-}
-
-/// Moves every row of an older schema's `table` into `rows` under the key `key` makes of
-/// its own, then deletes the table (a store without it has nothing to move).
-fn move_rows<K: redb::Key + 'static>(
-    tx: &redb::WriteTransaction,
-    rows: &mut redb::Table<RowKey, &[u8]>,
-    table: TableDefinition<K, &[u8]>,
-    key: impl Fn(K::SelfType<'_>) -> RowKey,
-) -> Result<(), StoreError> {
-    {
-        let old = tx.open_table(table)?;
-        for entry in old.iter()? {
-            let (old_key, value) = entry?;
-            rows.insert(key(old_key.value()), value.value())?;
-        }
-    }
-    tx.delete_table(table)?;
     Ok(())
 }
 
@@ -574,10 +528,9 @@ impl WriteTx {
     }
 
     pub fn put_pipeline(&mut self, run: RunId, source: &PipelineSource) -> Result<(), StoreError> {
-        self.inner.open_table(ROWS)?.insert(
-            (run.0, ROW_PIPELINE, 0, 0),
-            codec::encode(source)?.as_slice(),
-        )?;
+        self.inner
+            .open_table(PIPELINES)?
+            .insert(run.0, codec::encode(source)?.as_slice())?;
         Ok(())
     }
 
@@ -603,7 +556,7 @@ impl WriteTx {
         step: usize,
         progress: &RunStep,
     ) -> Result<(), StoreError> {
-        write_step(&mut self.inner.open_table(ROWS)?, run, step, progress)
+        write_step(&mut self.inner.open_table(STEPS)?, run, step, progress)
     }
 
     pub fn put_attempt(
@@ -612,7 +565,7 @@ impl WriteTx {
         step: usize,
         attempt: &Attempt,
     ) -> Result<(), StoreError> {
-        write_attempt(&mut self.inner.open_table(ROWS)?, run, step, attempt)
+        write_attempt(&mut self.inner.open_table(ATTEMPTS)?, run, step, attempt)
     }
 
     /// Writes each run's header (keeping the state index and the per-state counts in
@@ -641,7 +594,7 @@ impl WriteTx {
             }
         }
         if rows.iter().any(|row| !row.steps.is_empty()) {
-            let mut steps = self.inner.open_table(ROWS)?;
+            let mut steps = self.inner.open_table(STEPS)?;
             for row in rows {
                 for &(step, progress) in &row.steps {
                     write_step(&mut steps, row.header.id, step, progress)?;
@@ -649,7 +602,7 @@ impl WriteTx {
             }
         }
         if rows.iter().any(|row| !row.attempts.is_empty()) {
-            let mut attempts = self.inner.open_table(ROWS)?;
+            let mut attempts = self.inner.open_table(ATTEMPTS)?;
             for row in rows {
                 for &(step, attempt) in &row.attempts {
                     write_attempt(&mut attempts, row.header.id, step, attempt)?;
@@ -678,18 +631,15 @@ impl WriteTx {
         if records.is_empty() {
             return Ok(0);
         }
-        let mut history = self.inner.open_table(ROWS)?;
-        let first = match history.range(history_rows(run, 0))?.next_back() {
-            Some(entry) => entry?.0.value().3 + 1,
+        let mut history = self.inner.open_table(HISTORY)?;
+        let first = match history.range((run.0, 0)..=(run.0, u32::MAX))?.next_back() {
+            Some(entry) => entry?.0.value().1 + 1,
             None => 0,
         };
         let room = crate::limits::HISTORY_EVENTS_PER_RUN_MAX.saturating_sub(first) as usize;
         let taken = &records[..records.len().min(room)];
         for (seq, record) in (first..).zip(taken) {
-            history.insert(
-                (run.0, ROW_HISTORY, 0, seq),
-                codec::encode(record)?.as_slice(),
-            )?;
+            history.insert((run.0, seq), codec::encode(record)?.as_slice())?;
             self.appended.push((run, seq, record.clone()));
         }
         Ok(taken.len())
@@ -830,8 +780,8 @@ impl WriteTx {
     }
 
     pub fn pipeline(&self, run: RunId) -> Result<Option<PipelineSource>, StoreError> {
-        let table = self.inner.open_table(ROWS)?;
-        let value = table.get((run.0, ROW_PIPELINE, 0, 0))?;
+        let table = self.inner.open_table(PIPELINES)?;
+        let value = table.get(run.0)?;
         value
             .map(|v| codec::decode(v.value()).map_err(StoreError::from))
             .transpose()
@@ -1017,15 +967,15 @@ impl ReadTx {
         after: Option<u32>,
         limit: usize,
     ) -> Result<Vec<(u32, HistoryRecord)>, StoreError> {
-        let table = self.inner.open_table(ROWS)?;
+        let table = self.inner.open_table(HISTORY)?;
         let start = after.map_or(0, |seq| seq.saturating_add(1));
         let mut events = Vec::new();
         if after == Some(u32::MAX) {
             return Ok(events);
         }
-        for entry in table.range(history_rows(run, start))?.take(limit) {
+        for entry in table.range((run.0, start)..=(run.0, u32::MAX))?.take(limit) {
             let (key, value) = entry?;
-            events.push((key.value().3, codec::decode(value.value())?));
+            events.push((key.value().1, codec::decode(value.value())?));
         }
         Ok(events)
     }
@@ -1309,25 +1259,24 @@ fn read_run(tables: &impl Tables, run: RunId) -> Result<Option<StoredRun>, Store
     }
     let corrupt = |problem: String| StoreError::Corrupt(format!("run {run}: {problem}"));
     let source = tables
-        .table(ROWS)?
-        .get((run.0, ROW_PIPELINE, 0, 0))?
+        .table(PIPELINES)?
+        .get(run.0)?
         .ok_or_else(|| corrupt("no pipeline".into()))
         .and_then(|v| Ok(codec::decode::<PipelineSource>(v.value())?))?;
     let mut steps: Vec<RunStep> = Vec::new();
-    let steps_of = (run.0, ROW_STEP, 0, 0)..=(run.0, ROW_STEP, u16::MAX, 0);
-    for entry in tables.table(ROWS)?.range(steps_of)? {
+    for entry in tables.table(STEPS)?.range((run.0, 0)..=(run.0, u16::MAX))? {
         let (key, value) = entry?;
-        if usize::from(key.value().2) != steps.len() {
+        if usize::from(key.value().1) != steps.len() {
             return Err(corrupt("a gap in its steps".into()));
         }
         steps.push(codec::decode::<RunStep>(value.value())?);
     }
     for entry in tables
-        .table(ROWS)?
-        .range((run.0, ROW_ATTEMPT, 0, 0)..=(run.0, ROW_ATTEMPT, u16::MAX, u32::MAX))?
+        .table(ATTEMPTS)?
+        .range((run.0, 0, 0)..=(run.0, u16::MAX, u32::MAX))?
     {
         let (key, value) = entry?;
-        let (_, _, step, number) = key.value();
+        let (_, step, number) = key.value();
         let attempt: Attempt = codec::decode(value.value())?;
         let progress = steps
             .get_mut(usize::from(step))
@@ -1430,11 +1379,14 @@ macro_rules! for_each_table {
         vec![
             $f($($arg,)* META)?,
             $f($($arg,)* RUNS)?,
-            $f($($arg,)* ROWS)?,
+            $f($($arg,)* PIPELINES)?,
+            $f($($arg,)* STEPS)?,
+            $f($($arg,)* ATTEMPTS)?,
             $f($($arg,)* RUNS_BY_STATE)?,
             $f($($arg,)* TIMERS)?,
             $f($($arg,)* OUTBOX)?,
             $f($($arg,)* OUTBOX_DUE)?,
+            $f($($arg,)* HISTORY)?,
             $f($($arg,)* DEAD_LETTERS)?,
             $f($($arg,)* AUTO_RETRY_DUE)?,
             $f($($arg,)* IDEMPOTENCY)?,
@@ -1461,35 +1413,30 @@ fn state_count_key(state: RunState) -> String {
 }
 
 fn write_step(
-    table: &mut redb::Table<RowKey, &[u8]>,
+    table: &mut redb::Table<(u128, u16), &[u8]>,
     run: RunId,
     step: usize,
     progress: &RunStep,
 ) -> Result<(), StoreError> {
     table.insert(
-        (run.0, ROW_STEP, step_key(step)?, 0),
+        (run.0, step_key(step)?),
         codec::encode(progress)?.as_slice(),
     )?;
     Ok(())
 }
 
 fn write_attempt(
-    attempts: &mut redb::Table<RowKey, &[u8]>,
+    attempts: &mut redb::Table<(u128, u16, u32), &[u8]>,
     run: RunId,
     step: usize,
     attempt: &Attempt,
 ) -> Result<(), StoreError> {
     let step = step_key(step)?;
     attempts.insert(
-        (run.0, ROW_ATTEMPT, step, attempt.number),
+        (run.0, step, attempt.number),
         codec::encode(attempt)?.as_slice(),
     )?;
     Ok(())
-}
-
-/// A run's history records from sequence `from` on.
-fn history_rows(run: RunId, from: u32) -> std::ops::RangeInclusive<RowKey> {
-    (run.0, ROW_HISTORY, 0, from)..=(run.0, ROW_HISTORY, 0, u32::MAX)
 }
 
 fn step_key(step: usize) -> Result<u16, StoreError> {
