@@ -80,6 +80,38 @@ fn abort_at_handshake(attempts: &Path, launch: LaunchRecord) {
     assert!(!files::verdict_recorded(&dir), "no verdict: nothing ran");
 }
 
+/// The adoption of `fence` as run 42's first step (what `order` launches).
+fn adoption(fence: u64) -> Adoption {
+    Adoption {
+        run: RunId(42),
+        step: 0,
+        fence: Fence(fence),
+        executor: ExecutorKind::Local,
+    }
+}
+
+/// The next report is `fence`'s success, and its step ran once (it appends the fence to
+/// `out`).
+async fn succeeded_once(
+    reports: &mut mpsc::Receiver<Report>,
+    fence: u64,
+    out: &Path,
+    older_build: bool,
+) {
+    let report = next_report(reports).await;
+    assert_eq!(report.fence, Fence(fence));
+    assert_eq!(
+        report.verdict.outcome,
+        Outcome::Succeeded,
+        "older build: {older_build}: {:?}",
+        report.verdict
+    );
+    assert_eq!(
+        std::fs::read_to_string(out).expect("out"),
+        format!("{fence}\n")
+    );
+}
+
 async fn next_report(reports: &mut mpsc::Receiver<Report>) -> Report {
     tokio::time::timeout(Duration::from_secs(30), reports.recv())
         .await
@@ -100,25 +132,9 @@ async fn a_confirmed_attempt_cut_at_the_handshake_runs_once_under_its_fence_on_a
         if older_build {
             make_older_build(&attempt_dir);
         }
-        let adoption = Adoption {
-            run: RunId(42),
-            step: 0,
-            fence: Fence(fence),
-            executor: ExecutorKind::Local,
-        };
+        let adoption = adoption(fence);
         executor.adopt(&adoption).await.expect("adopt");
-        let report = next_report(&mut reports).await;
-        assert_eq!(report.fence, Fence(fence));
-        assert_eq!(
-            report.verdict.outcome,
-            Outcome::Succeeded,
-            "older build: {older_build}: {:?}",
-            report.verdict
-        );
-        assert_eq!(
-            std::fs::read_to_string(&out).expect("out"),
-            format!("{fence}\n")
-        );
+        succeeded_once(&mut reports, fence, &out, older_build).await;
     }
 }
 
@@ -155,12 +171,7 @@ async fn a_confirmed_attempt_with_no_trace_is_lost_and_a_foreign_directory_is_no
     let dir = common::tempdir().expect("tempdir");
     let attempts = dir.path().join("state").join("attempts");
     let (executor, mut reports) = executor(&attempts);
-    let adoption = Adoption {
-        run: RunId(42),
-        step: 0,
-        fence: Fence(3),
-        executor: ExecutorKind::Local,
-    };
+    let adoption = adoption(3);
     executor.adopt(&adoption).await.expect("adopt");
     let report = next_report(&mut reports).await;
     assert_eq!(
@@ -227,17 +238,7 @@ async fn an_unconfirmed_launch_whose_supervisor_died_before_the_step_is_started_
         assert!(!files::child_recorded(&attempt_dir));
         executor.launch(&order(fence, &out)).await.expect("launch");
         executor.launch_recorded(Fence(fence));
-        let report = next_report(&mut reports).await;
-        assert_eq!(
-            report.verdict.outcome,
-            Outcome::Succeeded,
-            "older build: {older_build}: {:?}",
-            report.verdict
-        );
-        assert_eq!(
-            std::fs::read_to_string(&out).expect("out"),
-            format!("{fence}\n")
-        );
+        succeeded_once(&mut reports, fence, &out, older_build).await;
     }
 }
 
@@ -306,12 +307,7 @@ async fn an_adopted_attempt_ends_when_its_supervisor_releases_it_though_the_proc
         };
         rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).expect("flock");
 
-        let adoption = Adoption {
-            run: RunId(42),
-            step: 0,
-            fence: Fence(fence),
-            executor: ExecutorKind::Local,
-        };
+        let adoption = adoption(fence);
         executor.adopt(&adoption).await.expect("adopt");
         tokio::time::sleep(Duration::from_millis(700)).await;
         assert!(
