@@ -135,6 +135,48 @@ async fn a_confirmed_attempt_cut_at_the_handshake_runs_once_under_its_fence_on_a
         let adoption = adoption(fence);
         executor.adopt(&adoption).await.expect("adopt");
         succeeded_once(&mut reports, fence, &out, older_build).await;
+        // A supervisor of this build keeps the layout of the service that wrote the spec
+        // (during an upgrade, that service may still be the one reading it).
+        assert_eq!(
+            attempt_dir.join(files::LEGACY_VERDICT).exists(),
+            older_build
+        );
+        assert_eq!(attempt_dir.join(files::ATTEMPT).exists(), !older_build);
+    }
+}
+
+/// A supervisor of an older build that gave up at the handshake wrote `aborted`, then
+/// died before it removed its record: the step never started, and is started once,
+/// whether the store still holds the launch unconfirmed (redelivered) or confirmed
+/// (re-adopted).
+#[tokio::test]
+async fn an_older_builds_aborted_attempt_with_its_record_left_starts_once() {
+    let dir = common::tempdir().expect("tempdir");
+    let attempts = dir.path().join("state").join("attempts");
+    let (executor, mut reports) = executor(&attempts);
+    for (fence, confirmed) in [(31, false), (32, true)] {
+        let out = dir.path().join(format!("out-{fence}"));
+        let attempt_dir = files::attempt_dir(&attempts, Fence(fence));
+        std::fs::create_dir_all(&attempt_dir).expect("dir");
+        let spec = Spec {
+            launch: order(fence, &out),
+            kill_grace_ms: 1000,
+        };
+        files::write_spec(&attempt_dir, &spec).expect("spec");
+        make_older_build(&attempt_dir);
+        let dead = files::ProcessIdentity {
+            pid: 999_998,
+            start_ticks: 1,
+        };
+        files::write_supervisor(&attempt_dir, files::Layout::Legacy, &dead).expect("record");
+        files::write_atomic(&attempt_dir, files::ABORTED, b"", false).expect("marker");
+        if confirmed {
+            executor.adopt(&adoption(fence)).await.expect("adopt");
+        } else {
+            executor.launch(&order(fence, &out)).await.expect("launch");
+            executor.launch_recorded(Fence(fence));
+        }
+        succeeded_once(&mut reports, fence, &out, true).await;
     }
 }
 
@@ -229,11 +271,9 @@ async fn an_unconfirmed_launch_whose_supervisor_died_before_the_step_is_started_
         };
         if older_build {
             make_older_build(&attempt_dir);
-            files::write_json(&attempt_dir, files::LEGACY_SUPERVISOR, &dead, false)
-                .expect("record");
-        } else {
-            files::write_supervisor(&attempt_dir, &dead).expect("record");
         }
+        files::write_supervisor(&attempt_dir, files::Layout::of(&attempt_dir), &dead)
+            .expect("record");
         assert!(files::supervisor_recorded(&attempt_dir));
         assert!(!files::child_recorded(&attempt_dir));
         executor.launch(&order(fence, &out)).await.expect("launch");
@@ -299,10 +339,10 @@ async fn an_adopted_attempt_ends_when_its_supervisor_releases_it_though_the_proc
         let lock = if older_build {
             make_older_build(&attempt_dir);
             let lock = std::fs::File::create(attempt_dir.join(files::LEGACY_LOCK)).expect("lock");
-            files::write_json(&attempt_dir, files::LEGACY_SUPERVISOR, &me, false).expect("record");
+            files::write_supervisor(&attempt_dir, files::Layout::Legacy, &me).expect("record");
             lock
         } else {
-            files::write_supervisor(&attempt_dir, &me).expect("record");
+            files::write_supervisor(&attempt_dir, files::Layout::Records, &me).expect("record");
             files::open_lock(&attempt_dir).expect("lock")
         };
         rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).expect("flock");
@@ -323,12 +363,8 @@ async fn an_adopted_attempt_ends_when_its_supervisor_releases_it_though_the_proc
             started_at: None,
             finished_at: scarab::clock::now(),
         };
-        if older_build {
-            let older = scarab::store::records::v3::Verdict::from(&verdict);
-            files::write_json(&attempt_dir, files::LEGACY_VERDICT, &older, false).expect("verdict");
-        } else {
-            files::write_verdict(&attempt_dir, &verdict).expect("verdict");
-        }
+        files::write_verdict(&attempt_dir, files::Layout::of(&attempt_dir), &verdict)
+            .expect("verdict");
         drop(lock);
         let report = next_report(&mut reports).await;
         assert_eq!(report.fence, Fence(fence));

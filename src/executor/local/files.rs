@@ -17,6 +17,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
@@ -68,6 +69,28 @@ enum Entry {
     Supervisor(ProcessIdentity),
     Child(ProcessIdentity),
     Verdict(v3::Verdict),
+}
+
+/// Where a supervisor writes an attempt's records: this build's `attempt.jsonl`, or the
+/// files of the build before it (`supervisor.json` with the step's record appended,
+/// `verdict.json`) when the spec is in a `spec.json`. That spec was written by an older
+/// service, which may still be the one running (dpkg replaces the executable before the
+/// service restarts), and which reads only those files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    Records,
+    Legacy,
+}
+
+impl Layout {
+    /// The layout of the attempt in `dir`: that of the file its spec is in.
+    pub fn of(dir: &Path) -> Layout {
+        if !dir.join(ATTEMPT).exists() && dir.join(LEGACY_SPEC).exists() {
+            Layout::Legacy
+        } else {
+            Layout::Records
+        }
+    }
 }
 
 /// `kill.json`.
@@ -125,7 +148,15 @@ impl Records {
                     ));
                 }
                 Some(Some(Entry::Supervisor(supervisor))) => break *supervisor,
-                Some(Some(_)) => {}
+                Some(Some(Entry::Child(_))) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("{ATTEMPT}: a step's record before the supervisor's"),
+                    ));
+                }
+                // A verdict written before any supervisor recorded itself (stopped
+                // before it started).
+                Some(Some(Entry::Verdict(_))) => {}
             }
         };
         let child = entries.find_map(|entry| match entry {
@@ -168,12 +199,23 @@ pub fn read_spec(dir: &Path) -> io::Result<Option<Spec>> {
 }
 
 /// Appends one record to `attempt.jsonl` in one write. One that fails part-way (a full
-/// disk) is cut off again, so that no later record lands behind half of it.
+/// disk) is cut off again, and one cut short by a power cut (the file does not end with
+/// its newline) is ended first, so that no record lands behind half of another.
 fn append(dir: &Path, entry: &Entry) -> io::Result<()> {
     let mut line = serde_json::to_vec(entry).map_err(io::Error::other)?;
     line.push(b'\n');
-    let mut file = OpenOptions::new().append(true).open(dir.join(ATTEMPT))?;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .open(dir.join(ATTEMPT))?;
     let before = file.metadata()?.len();
+    if before > 0 {
+        let mut last = [0u8];
+        file.read_exact_at(&mut last, before - 1)?;
+        if last[0] != b'\n' {
+            line.insert(0, b'\n');
+        }
+    }
     if let Err(error) = file.write_all(&line) {
         let _ = file.set_len(before);
         return Err(error);
@@ -193,10 +235,13 @@ pub fn read_kill(dir: &Path) -> io::Result<Option<KillReason>> {
     Ok(read_json::<KillFile>(dir, KILL)?.map(|file| file.reason.into()))
 }
 
-/// Appends the verdict, the attempt's last record. Not fsynced: the service commits it
+/// Records the verdict, the attempt's last record. Not fsynced: the service commits it
 /// durably to the store.
-pub fn write_verdict(dir: &Path, verdict: &Verdict) -> io::Result<()> {
-    append(dir, &Entry::Verdict(verdict.into()))
+pub fn write_verdict(dir: &Path, layout: Layout, verdict: &Verdict) -> io::Result<()> {
+    match layout {
+        Layout::Records => append(dir, &Entry::Verdict(verdict.into())),
+        Layout::Legacy => write_json(dir, LEGACY_VERDICT, &v3::Verdict::from(verdict), false),
+    }
 }
 
 /// The verdict of `attempt.jsonl`, or of an older build's `verdict.json` (one that
@@ -386,13 +431,39 @@ pub struct Supervision {
 }
 
 /// Records the supervisor, before the launch handshake.
-pub fn write_supervisor(dir: &Path, me: &ProcessIdentity) -> io::Result<()> {
-    append(dir, &Entry::Supervisor(*me))
+pub fn write_supervisor(dir: &Path, layout: Layout, me: &ProcessIdentity) -> io::Result<()> {
+    match layout {
+        Layout::Records => append(dir, &Entry::Supervisor(*me)),
+        Layout::Legacy => write_atomic(dir, LEGACY_SUPERVISOR, &record_line(me)?, false),
+    }
 }
 
 /// Records the spawned step. A record cut short (a power cut) is read as not written.
-pub fn append_child(dir: &Path, child: &ProcessIdentity) -> io::Result<()> {
-    append(dir, &Entry::Child(*child))
+pub fn append_child(dir: &Path, layout: Layout, child: &ProcessIdentity) -> io::Result<()> {
+    match layout {
+        Layout::Records => append(dir, &Entry::Child(*child)),
+        Layout::Legacy => OpenOptions::new()
+            .append(true)
+            .open(dir.join(LEGACY_SUPERVISOR))?
+            .write_all(&record_line(child)?),
+    }
+}
+
+fn record_line(identity: &ProcessIdentity) -> io::Result<Vec<u8>> {
+    let mut line = serde_json::to_vec(identity).map_err(io::Error::other)?;
+    line.push(b'\n');
+    Ok(line)
+}
+
+/// Removes the `aborted` marker durably (the directory is fsynced): once the step may
+/// start, a power cut must not bring the marker back, or the next start would start the
+/// step again under the same fence.
+pub fn remove_aborted(dir: &Path) -> io::Result<()> {
+    match fs::remove_file(dir.join(ABORTED)) {
+        Ok(()) => File::open(dir)?.sync_all(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// `Ok(None)` when no supervisor recorded itself; an unreadable record where the
@@ -587,7 +658,7 @@ mod tests {
         let (_root, dir) = attempt();
         assert_eq!(read_spec(&dir).expect("read"), None);
         assert!(
-            write_supervisor(&dir, &identity(9)).is_err(),
+            write_supervisor(&dir, Layout::Records, &identity(9)).is_err(),
             "no spec, no file"
         );
         write_spec(&dir, &spec(7)).expect("spec");
@@ -595,13 +666,13 @@ mod tests {
         assert_eq!(read_supervision(&dir).expect("read"), None);
         assert!(!supervisor_recorded(&dir) && !child_recorded(&dir));
 
-        write_supervisor(&dir, &identity(10)).expect("supervisor");
+        write_supervisor(&dir, Layout::Records, &identity(10)).expect("supervisor");
         let alone = read_supervision(&dir).expect("read").expect("recorded");
         assert_eq!((alone.supervisor, alone.child), (identity(10), None));
         assert!(supervisor_recorded(&dir));
         assert!(!child_recorded(&dir), "no step yet");
 
-        append_child(&dir, &identity(11)).expect("child");
+        append_child(&dir, Layout::Records, &identity(11)).expect("child");
         let both = read_supervision(&dir).expect("read").expect("recorded");
         assert_eq!(
             (both.supervisor, both.child),
@@ -610,10 +681,19 @@ mod tests {
         assert!(child_recorded(&dir));
         assert_eq!(read_verdict(&dir).expect("read"), None);
         assert!(!verdict_recorded(&dir));
-        write_verdict(&dir, &verdict()).expect("verdict");
+        write_verdict(&dir, Layout::Records, &verdict()).expect("verdict");
         assert_eq!(read_verdict(&dir).expect("read"), Some(verdict()));
         assert!(verdict_recorded(&dir));
         assert_eq!(read_spec(&dir).expect("read"), Some(spec(7)), "still first");
+        assert_eq!(Layout::of(&dir), Layout::Records);
+
+        // A record cut short by a power cut: the next one starts on a line of its own.
+        let whole = fs::read(dir.join(ATTEMPT)).expect("bytes");
+        cut(&dir, 3, 10);
+        write_verdict(&dir, Layout::Records, &verdict()).expect("verdict again");
+        assert_eq!(read_verdict(&dir).expect("read"), Some(verdict()));
+        assert_eq!(read_supervision(&dir).expect("read"), Some(both));
+        fs::write(dir.join(ATTEMPT), whole).expect("restore");
 
         // A power cut in the middle of the verdict: no verdict, the rest as it was.
         cut(&dir, 3, 10);
@@ -647,6 +727,13 @@ mod tests {
         fs::write(dir.join(ATTEMPT), b"{}\n\0\0\0\n").expect("zeros");
         assert!(read_supervision(&dir).is_err());
         assert!(supervisor_recorded(&dir) && child_recorded(&dir));
+        // Nor can a step's record come before its supervisor's.
+        fs::write(
+            dir.join(ATTEMPT),
+            b"{}\n{\"child\":{\"pid\":1,\"start_ticks\":2}}\n",
+        )
+        .expect("out of order");
+        assert!(read_supervision(&dir).is_err());
     }
 
     #[test]
@@ -681,17 +768,23 @@ mod tests {
             (identity(20), Some(identity(21)))
         );
         assert!(child_recorded(&dir));
-        // The step's record appended to `supervisor.json`, as the builds in between did.
+        // The build before this one appended the step's record to `supervisor.json`, and
+        // this one writes that layout where the spec is in `spec.json`.
         fs::remove_file(dir.join(LEGACY_CHILD)).expect("remove");
-        let mut appended = fs::read(dir.join(LEGACY_SUPERVISOR)).expect("read");
-        appended.extend_from_slice(b"{\"pid\":22,\"start_ticks\":1022}\n");
-        fs::write(dir.join(LEGACY_SUPERVISOR), appended).expect("append");
+        assert_eq!(Layout::of(&dir), Layout::Legacy);
+        write_supervisor(&dir, Layout::Legacy, &identity(20)).expect("supervisor");
+        append_child(&dir, Layout::Legacy, &identity(22)).expect("child");
+        assert!(
+            !dir.join(ATTEMPT).exists(),
+            "nothing of this build's layout"
+        );
         let appended = read_supervision(&dir).expect("read").expect("recorded");
         assert_eq!(appended.child, Some(identity(22)));
         assert!(child_recorded(&dir));
         // Their verdict, and one torn by a power cut.
         assert!(!verdict_recorded(&dir));
-        write_json(&dir, LEGACY_VERDICT, &v3::Verdict::from(&verdict()), false).expect("v");
+        write_verdict(&dir, Layout::Legacy, &verdict()).expect("verdict");
+        assert!(dir.join(LEGACY_VERDICT).exists());
         assert_eq!(read_verdict(&dir).expect("read"), Some(verdict()));
         fs::write(dir.join(LEGACY_VERDICT), b"{\"outcome\":").expect("torn");
         assert_eq!(

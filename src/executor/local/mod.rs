@@ -307,7 +307,11 @@ impl LocalExecutor {
         Box::pin(async move {
             let dir = self.attempt_dir(fence);
             tracing::info!(%fence, "the step never started (launch handshake cut short); starting it under the same fence");
-            if let Err(error) = std::fs::remove_file(dir.join(files::ABORTED)) {
+            // The marker, durably, and what a supervisor of an older build may have left
+            // of itself (it wrote the marker before removing its record).
+            if let Err(error) =
+                files::remove_aborted(&dir).and_then(|()| files::forget_supervisor(&dir))
+            {
                 let verdict = lost(&format!("cannot restart an aborted launch: {error}"));
                 self.report(run, step, fence, verdict).await;
                 return;
@@ -460,7 +464,11 @@ impl Executor for LocalExecutor {
         match probe {
             Probe::Fresh => {}
             Probe::Aborted => {
-                remove_if_present(&dir, files::ABORTED).map_err(Self::io_error(&dir))?
+                // The marker, durably, and what a supervisor of an older build may have
+                // left of itself (it wrote the marker before removing its record).
+                files::remove_aborted(&dir)
+                    .and_then(|()| files::forget_supervisor(&dir))
+                    .map_err(Self::io_error(&dir))?
             }
             Probe::Vanished if !files::child_recorded(&dir) => {
                 files::forget_supervisor(&dir).map_err(Self::io_error(&dir))?
@@ -757,14 +765,6 @@ fn lost(reason: &str) -> Verdict {
         exit_code: None,
         started_at: None,
         finished_at: crate::clock::now(),
-    }
-}
-
-fn remove_if_present(dir: &Path, name: &str) -> io::Result<()> {
-    match std::fs::remove_file(dir.join(name)) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
     }
 }
 

@@ -96,29 +96,23 @@ pub fn supervise_confined(
     }
     // A marker left by an earlier supervisor that gave up at the handshake is stale now
     // that this one owns the attempt.
-    match std::fs::remove_file(dir.join(files::ABORTED)) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_error(e)),
-    }
+    files::remove_aborted(dir).map_err(io_error)?;
     let spec: Spec = files::read_spec(dir)
         .map_err(io_error)?
         .ok_or_else(|| SuperviseError::NoSpec(dir.display().to_string()))?;
-    // An attempt an older build launched (before an upgrade) has its spec in `spec.json`:
-    // the records this supervisor appends go to `attempt.jsonl`.
-    if !dir.join(files::ATTEMPT).exists() {
-        files::write_spec(dir, &spec).map_err(io_error)?;
-    }
+    // An attempt an older service launched keeps that build's files: during an upgrade
+    // that service may still be the one that reads them.
+    let layout = files::Layout::of(dir);
     let mut ending = Ending::Clean;
     let Some(verdict) =
-        run_attempt(dir, &spec, confinement, &handshake, &mut ending).map_err(io_error)?
+        run_attempt(dir, layout, &spec, confinement, &handshake, &mut ending).map_err(io_error)?
     else {
         return Ok(Ending::Exit);
     };
     // Atomic but not fsynced: the service commits the verdict durably to the store. A
     // power cut before that commit loses the file and the attempt is then reported
     // `lost`: conservative, never a second run under this fence.
-    write_verdict_patiently(dir, &verdict).map_err(io_error)?;
+    write_verdict_patiently(dir, layout, &verdict).map_err(io_error)?;
     drop(lock);
     drop(handshake);
     Ok(ending)
@@ -127,10 +121,10 @@ pub fn supervise_confined(
 /// Writes the verdict, waiting out a full disk (the service frees its reserve when it hits
 /// one) for up to `limits::VERDICT_WRITE_PATIENCE`: the step has ended, and a verdict on
 /// disk is worth more than a `lost`.
-fn write_verdict_patiently(dir: &Path, verdict: &Verdict) -> io::Result<()> {
+fn write_verdict_patiently(dir: &Path, layout: files::Layout, verdict: &Verdict) -> io::Result<()> {
     let deadline = Instant::now() + crate::limits::VERDICT_WRITE_PATIENCE;
     loop {
-        match files::write_verdict(dir, verdict) {
+        match files::write_verdict(dir, layout, verdict) {
             Err(error)
                 if matches!(error.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
                     && Instant::now() < deadline =>
@@ -148,6 +142,7 @@ fn write_verdict_patiently(dir: &Path, verdict: &Verdict) -> io::Result<()> {
 /// `ending` becomes `Ending::Exit` when something of the attempt may outlive this call.
 fn run_attempt(
     dir: &Path,
+    layout: files::Layout,
     spec: &Spec,
     confinement: Option<Result<Confinement, ConfineError>>,
     handshake: &std::os::fd::OwnedFd,
@@ -176,7 +171,7 @@ fn run_attempt(
     // Not fsynced: what makes a relaunch safe after a power cut is the store, not this
     // file. The step starts only once the service has durably recorded the launch as
     // confirmed (below), and the store never relaunches a confirmed attempt.
-    if let Err(error) = files::write_supervisor(dir, &me) {
+    if let Err(error) = files::write_supervisor(dir, layout, &me) {
         // Before the go, so the step has not started: a full disk here is a step that
         // never started (retried), not a supervisor gone without a verdict (`lost`). The
         // verdict is written patiently, as every verdict is.
@@ -295,7 +290,7 @@ fn run_attempt(
     // not end the supervision of a step that already runs (returning here would orphan
     // it): without the record, this supervisor still stops the step's group at its end.
     if let Some(identity) = ProcessIdentity::of(pid) {
-        let _ = files::append_child(dir, &identity);
+        let _ = files::append_child(dir, layout, &identity);
     }
     let ended = wait_for_end(dir, spec, pid, &mut watch);
     if ended.is_err() {
