@@ -6,7 +6,9 @@
 //!
 //! The build installed first is this one, or the executable `SCARAB_UPGRADE_FROM` names
 //! (an older release, to upgrade from it for real: its supervisors write the attempt
-//! files of their day).
+//! files of their day, and its service reads only those). With the release before the
+//! attempt files became one `attempt.jsonl` (2ba8742), both tests fail if this build's
+//! supervisors do not keep an older service's layout.
 
 use crate::common;
 use std::path::Path;
@@ -63,4 +65,49 @@ fn an_upgrade_in_place_readopts_the_running_steps() {
         let lines = std::fs::read_to_string(ran.join(i.to_string())).expect("ran");
         assert_eq!(lines.trim(), fence.to_string(), "the step ran exactly once");
     }
+}
+
+/// The other half of dpkg's way: it replaces the executable while the old service still
+/// runs (the restart comes after), and that service starts its supervisors (its zygote,
+/// started at its first launch) from the file now at its path, the new build. Those
+/// supervisors must report in a way the old service reads: each step runs once and
+/// succeeds, and after the restart the new service reads them too.
+#[test]
+fn a_service_whose_executable_was_replaced_under_it_still_runs_each_step_once() {
+    let dir = common::tempdir().expect("tempdir");
+    let installed = dir.path().join("bin/scarab");
+    std::fs::create_dir_all(installed.parent().expect("parent")).expect("bin dir");
+    let from = std::env::var_os("SCARAB_UPGRADE_FROM").unwrap_or_else(|| BIN.into());
+    install(Path::new(&from), &installed);
+    let ran = dir.path().join("ran");
+    std::fs::create_dir_all(&ran).expect("ran dir");
+    let mut server = Server::start_binary(&installed, &dir.path().join("state"), &[]);
+    // Replaced before the old service launched anything: its zygote comes from the new
+    // file.
+    install(Path::new(BIN), &installed);
+    let runs: Vec<String> = (0..3)
+        .map(|i| {
+            server.submit(&format!(
+                "name: unpacked\nsteps:\n  - name: s\n    run: [sh, -c, 'echo $SCARAB_FENCE >> {}/{i}']\n",
+                ran.display()
+            ))
+        })
+        .collect();
+    let check = |server: &Server| {
+        for (i, id) in runs.iter().enumerate() {
+            let run = server.wait_terminal(id, Duration::from_secs(60));
+            assert_eq!(run["state"], "succeeded", "{run:#}");
+            let lines = std::fs::read_to_string(ran.join(i.to_string())).expect("ran");
+            assert_eq!(
+                lines.trim(),
+                fences(&run, 0)[0].to_string(),
+                "the step ran exactly once"
+            );
+        }
+    };
+    check(&server);
+    // The postinst's restart: the new build reads what the supervisors wrote.
+    assert_eq!(server.terminate(), Some(0), "a clean stop");
+    server.resume();
+    check(&server);
 }
