@@ -7,8 +7,8 @@
 //! The build installed first is this one, or the executable `SCARAB_UPGRADE_FROM` names
 //! (an older release, to upgrade from it for real: its supervisors write the attempt
 //! files of their day, and its service reads only those). With the release before the
-//! attempt files became one `attempt.jsonl` (2ba8742), both tests fail if this build's
-//! supervisors do not keep an older service's layout.
+//! attempt files became one `attempt.jsonl` (2ba8742), the second test fails if this
+//! build's supervisors do not keep an older service's layout.
 
 use crate::common;
 use std::path::Path;
