@@ -156,13 +156,7 @@ async fn an_older_builds_aborted_attempt_with_its_record_left_starts_once() {
     let (executor, mut reports) = executor(&attempts);
     for (fence, confirmed) in [(31, false), (32, true)] {
         let out = dir.path().join(format!("out-{fence}"));
-        let attempt_dir = files::attempt_dir(&attempts, Fence(fence));
-        std::fs::create_dir_all(&attempt_dir).expect("dir");
-        let spec = Spec {
-            launch: order(fence, &out),
-            kill_grace_ms: 1000,
-        };
-        files::write_spec(&attempt_dir, &spec).expect("spec");
+        let attempt_dir = new_attempt(&attempts, fence, &out);
         make_older_build(&attempt_dir);
         let dead = files::ProcessIdentity {
             pid: 999_998,
@@ -243,6 +237,18 @@ async fn a_confirmed_attempt_with_no_trace_is_lost_and_a_foreign_directory_is_no
 
 /// An attempt directory as an older build left it: `spec.json`, `supervisor.json` in
 /// pretty JSON, `verdict.json` (this build keeps all of it in `attempt.jsonl`).
+/// `fence`'s attempt directory with `order`'s spec written, as a launch leaves it.
+fn new_attempt(attempts: &Path, fence: u64, out: &Path) -> std::path::PathBuf {
+    let dir = files::attempt_dir(attempts, Fence(fence));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let spec = Spec {
+        launch: order(fence, out),
+        kill_grace_ms: 1000,
+    };
+    files::write_spec(&dir, &spec).expect("spec");
+    dir
+}
+
 /// Called with the spec alone written: the spec record is the whole of an older
 /// `spec.json`.
 fn make_older_build(dir: &Path) {
@@ -258,13 +264,7 @@ async fn an_unconfirmed_launch_whose_supervisor_died_before_the_step_is_started_
     // of this build, and of an older one.
     for (fence, older_build) in [(11, false), (12, true)] {
         let out = dir.path().join(format!("out-{fence}"));
-        let attempt_dir = files::attempt_dir(&attempts, Fence(fence));
-        std::fs::create_dir_all(&attempt_dir).expect("dir");
-        let spec = Spec {
-            launch: order(fence, &out),
-            kill_grace_ms: 1000,
-        };
-        files::write_spec(&attempt_dir, &spec).expect("spec");
+        let attempt_dir = new_attempt(&attempts, fence, &out);
         let dead = files::ProcessIdentity {
             pid: 999_999,
             start_ticks: 1,

@@ -11,7 +11,7 @@
 //! build's supervisors do not keep an older service's layout.
 
 use crate::common;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::{BIN, Server, attempts, fences};
@@ -23,16 +23,23 @@ fn install(from: &Path, to: &Path) {
     std::fs::rename(&staged, to).expect("rename over the installed one");
 }
 
-#[test]
-fn an_upgrade_in_place_readopts_the_running_steps() {
-    let dir = common::tempdir().expect("tempdir");
-    let installed = dir.path().join("bin/scarab");
+/// The build installed first (see above) at `bin/scarab` under `dir`, its service
+/// started on `state`, and the directory (`ran`) where the steps record each run.
+fn installed_first(dir: &Path) -> (PathBuf, PathBuf, Server) {
+    let installed = dir.join("bin/scarab");
     std::fs::create_dir_all(installed.parent().expect("parent")).expect("bin dir");
     let from = std::env::var_os("SCARAB_UPGRADE_FROM").unwrap_or_else(|| BIN.into());
     install(Path::new(&from), &installed);
-    let ran = dir.path().join("ran");
+    let ran = dir.join("ran");
     std::fs::create_dir_all(&ran).expect("ran dir");
-    let mut server = Server::start_binary(&installed, &dir.path().join("state"), &[]);
+    let server = Server::start_binary(&installed, &dir.join("state"), &[]);
+    (installed, ran, server)
+}
+
+#[test]
+fn an_upgrade_in_place_readopts_the_running_steps() {
+    let dir = common::tempdir().expect("tempdir");
+    let (installed, ran, mut server) = installed_first(dir.path());
 
     let runs: Vec<String> = (0..3)
         .map(|i| {
@@ -75,13 +82,7 @@ fn an_upgrade_in_place_readopts_the_running_steps() {
 #[test]
 fn a_service_whose_executable_was_replaced_under_it_still_runs_each_step_once() {
     let dir = common::tempdir().expect("tempdir");
-    let installed = dir.path().join("bin/scarab");
-    std::fs::create_dir_all(installed.parent().expect("parent")).expect("bin dir");
-    let from = std::env::var_os("SCARAB_UPGRADE_FROM").unwrap_or_else(|| BIN.into());
-    install(Path::new(&from), &installed);
-    let ran = dir.path().join("ran");
-    std::fs::create_dir_all(&ran).expect("ran dir");
-    let mut server = Server::start_binary(&installed, &dir.path().join("state"), &[]);
+    let (installed, ran, mut server) = installed_first(dir.path());
     // Replaced before the old service launched anything: its zygote comes from the new
     // file.
     install(Path::new(BIN), &installed);
