@@ -275,11 +275,17 @@ fn a_power_cut_leaving_any_attempt_file_missing_empty_or_torn_never_runs_a_step_
         }
     }
     let mut runs = Vec::new();
+    // Mid-run steps outlive the cut; the others end while the service is down, once the
+    // release file appears (never before the cut, however slow the machine).
+    let release = dir.path().join("release");
     for (i, (mid_run, _, _)) in cases.iter().enumerate() {
-        // Mid-run steps outlive the cut; the others end while the service is down.
-        let sleep = if *mid_run { "60" } else { "1" };
+        let wait = if *mid_run {
+            "sleep 60".to_string()
+        } else {
+            format!("until [ -e {} ]; do sleep 0.05; done", release.display())
+        };
         let yaml = format!(
-            "name: cut\nsteps:\n  - name: s\n    run: [sh, -c, 'echo $SCARAB_FENCE >> \"$1\"; echo out; echo err >&2; sleep {sleep}', x, {}]\n",
+            "name: cut\nsteps:\n  - name: s\n    run: [sh, -c, 'echo $SCARAB_FENCE >> \"$1\"; echo out; echo err >&2; {wait}', x, {}]\n",
             out.join(format!("run-{i}")).display()
         );
         runs.push(server.submit(&yaml));
@@ -295,6 +301,7 @@ fn a_power_cut_leaving_any_attempt_file_missing_empty_or_torn_never_runs_a_step_
     // The cut: the service dies; so do the mid-run supervisors and steps. The others'
     // steps end and their supervisors write verdicts nobody reads yet.
     server.kill9();
+    std::fs::write(&release, b"").expect("release");
     for ((mid_run, _, _), attempt) in cases.iter().zip(&dirs) {
         if *mid_run {
             // The supervisor first, so that it does not live to see its step die; then the
