@@ -27,13 +27,7 @@ async fn submit(running: &Running) -> RunId {
 /// The run's first attempt once `done` holds for it (at most 10 s).
 async fn first_attempt(running: &Running, id: RunId, done: impl Fn(&Attempt) -> bool) -> Attempt {
     for _ in 0..1000 {
-        let stored = running
-            .service
-            .store
-            .read()
-            .expect("read")
-            .run(id)
-            .expect("run");
+        let stored = super::sweep_tests::stored_run(running, id);
         if let Some(attempt) = stored.and_then(|s| s.steps[0].attempts.first().cloned())
             && done(&attempt)
         {

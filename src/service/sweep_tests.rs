@@ -77,6 +77,17 @@ pub(super) async fn submit_yaml(running: &Running, text: &str) -> RunId {
         .id
 }
 
+/// The run as the store holds it now.
+pub(super) fn stored_run(running: &Running, id: RunId) -> Option<crate::store::records::StoredRun> {
+    running
+        .service
+        .store
+        .read()
+        .expect("read")
+        .run(id)
+        .expect("run")
+}
+
 async fn wait_state(running: &Running, id: RunId, state: RunState) -> crate::engine::RunHeader {
     for _ in 0..400 {
         let header = running
@@ -105,14 +116,7 @@ async fn racing_passes_resubmit_a_run_once() {
     assert_eq!(a.resubmitted + b.resubmitted, 1, "{a:?} {b:?}");
     let header = wait_state(&running, id, RunState::DeadLettered).await;
     assert_eq!(header.auto_retry.attempts, 1);
-    let stored = running
-        .service
-        .store
-        .read()
-        .expect("read")
-        .run(id)
-        .expect("run")
-        .expect("some");
+    let stored = stored_run(&running, id).expect("some");
     assert_eq!(
         stored.steps[0].attempts.len(),
         2,

@@ -12,7 +12,8 @@
 //! One record file rather than a file per record, because each file is an inode to
 //! allocate per attempt. Older builds wrote `spec.json`, `supervisor.json` (and before
 //! that `child.json`), `verdict.json` and held a `lock` file; what supervisors started by
-//! them (before an upgrade) left is still read.
+//! them (before an upgrade) left is still read, and a supervisor whose spec is in an
+//! older `spec.json` writes that build's files ([`Layout`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
