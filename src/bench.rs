@@ -104,22 +104,24 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
 /// them, single and grouped transition commits and trivial steps through the real service.
 fn throughput_rows(options: &Options, report: &mut Report) -> anyhow::Result<()> {
     let n = if options.quick { 300 } else { 2000 };
-    let fsync = fsync_latency(&options.dir, n)?;
+    let (fsync, fsync_requests) = fsync_latency(&options.dir, n)?;
     report.row(
         "raw 4 KiB write+fdatasync",
         format!(
-            "{:.3} ms median, {:.0}/s",
+            "{:.3} ms median, {:.0}/s; {}",
             ms(fsync),
-            1.0 / fsync.as_secs_f64()
+            1.0 / fsync.as_secs_f64(),
+            Requests::each(fsync_requests, n, "fsync")
         ),
     );
-    let commit = redb_commit_latency(&options.dir, n)?;
+    let (commit, commit_requests) = redb_commit_latency(&options.dir, n)?;
     report.row(
         "bare redb commit (Durability::Immediate)",
         format!(
-            "{:.3} ms median = {:.2}x fsync",
+            "{:.3} ms median = {:.2}x fsync; {}",
             ms(commit),
-            ratio(commit, fsync)
+            ratio(commit, fsync),
+            Requests::each(commit_requests, n, "commit")
         ),
     );
     let spawn1 = spawn_rate(n, 1)?;
@@ -149,13 +151,14 @@ fn throughput_rows(options: &Options, report: &mut Report) -> anyhow::Result<()>
         {
             let [fresh, batched, later] = written.map(|w| {
                 format!(
-                    "{:.1} pages per commit x {:.2} commits per run",
+                    "{:.1} pages per commit x {:.2} commits per run, {}",
                     w.pages_per_commit(),
-                    w.commits_per_run()
+                    w.commits_per_run(),
+                    Requests::each(w.requests, w.commits as usize, "commit")
                 )
             });
             format!(
-                "one client at a time into a fresh store: {fresh}; 256 clients: {batched}; one at a time after those: {later} (pages of 4 KiB the process wrote)"
+                "one client at a time into a fresh store: {fresh}; 256 clients: {batched}; one at a time after those: {later} (pages of 4 KiB the process wrote; requests the state dir's disk completed, from every process)"
             )
         },
     );
@@ -621,7 +624,7 @@ fn machine() -> String {
     )
 }
 
-fn fsync_latency(dir: &Path, n: usize) -> anyhow::Result<Duration> {
+fn fsync_latency(dir: &Path, n: usize) -> anyhow::Result<(Duration, Option<Requests>)> {
     let path = dir.join("fsync.probe");
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -630,15 +633,20 @@ fn fsync_latency(dir: &Path, n: usize) -> anyhow::Result<Duration> {
         .write(true)
         .open(&path)?;
     let block = vec![7u8; 4096];
+    // The block is allocated first, so the loop measures overwrites, as a store's are.
+    file.write_all_at(&block, 0)?;
+    file.sync_all()?;
     let mut samples = Vec::with_capacity(n);
+    let before = Requests::now(dir);
     for _ in 0..n {
         let start = Instant::now();
         file.write_all_at(&block, 0)?;
         file.sync_data()?;
         samples.push(start.elapsed());
     }
+    let requests = Requests::since(before, dir);
     std::fs::remove_file(&path)?;
-    Ok(median(samples))
+    Ok((median(samples), requests))
 }
 
 /// The median time to create a directory and an empty file in it, per inode.
@@ -656,12 +664,13 @@ fn create_cost(dir: &Path, n: usize) -> anyhow::Result<Duration> {
     Ok(median(samples))
 }
 
-fn redb_commit_latency(dir: &Path, n: usize) -> anyhow::Result<Duration> {
+fn redb_commit_latency(dir: &Path, n: usize) -> anyhow::Result<(Duration, Option<Requests>)> {
     const TABLE: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("t");
     let path = dir.join("bare.redb");
     let _ = std::fs::remove_file(&path);
     let db = redb::Database::create(&path)?;
     let mut samples = Vec::with_capacity(n);
+    let before = Requests::now(dir);
     for i in 0..n as u64 {
         let start = Instant::now();
         let mut tx = db.begin_write()?;
@@ -670,9 +679,10 @@ fn redb_commit_latency(dir: &Path, n: usize) -> anyhow::Result<Duration> {
         tx.commit()?;
         samples.push(start.elapsed());
     }
+    let requests = Requests::since(before, dir);
     drop(db);
     std::fs::remove_file(&path)?;
-    Ok(median(samples))
+    Ok((median(samples), requests))
 }
 
 fn spawn_rate(n: usize, threads: usize) -> anyhow::Result<f64> {
@@ -730,7 +740,7 @@ async fn transitions(dir: &Path, quick: bool) -> anyhow::Result<(Duration, f64, 
     let (source, pipeline) = one_step()?;
     let mut samples = Vec::new();
     let lone = if quick { 100 } else { 500 };
-    let before = Written::now(&service)?;
+    let before = Written::now(&service, dir)?;
     for _ in 0..lone {
         let start = Instant::now();
         service
@@ -746,22 +756,22 @@ async fn transitions(dir: &Path, quick: bool) -> anyhow::Result<(Duration, f64, 
     }
     let single = median(samples);
     wait_idle(&service).await?;
-    let lone_written = before.since(&service, lone)?;
+    let lone_written = before.since(&service, dir, lone)?;
 
     let clients = 256;
     let per_client = if quick { 20 } else { 100 };
-    let before = Written::now(&service)?;
+    let before = Written::now(&service, dir)?;
     let start = Instant::now();
     submit_many(&service, &source, &pipeline, clients, clients * per_client).await?;
     wait_idle(&service).await?;
     let elapsed = start.elapsed();
-    let batched_written = before.since(&service, clients * per_client)?;
+    let batched_written = before.since(&service, dir, clients * per_client)?;
     // Lone runs again, now that the store holds thousands: its trees are deeper, so each
     // one a transition touches costs more pages.
-    let before = Written::now(&service)?;
+    let before = Written::now(&service, dir)?;
     submit_many(&service, &source, &pipeline, 1, lone).await?;
     wait_idle(&service).await?;
-    let later_written = before.since(&service, lone)?;
+    let later_written = before.since(&service, dir, lone)?;
     running.stop().await;
     Ok((
         single,
@@ -770,29 +780,33 @@ async fn transitions(dir: &Path, quick: bool) -> anyhow::Result<(Duration, f64, 
     ))
 }
 
-/// What the store wrote over a phase: 4 KiB pages per commit, and commits per run.
+/// What the store wrote over a phase: 4 KiB pages per commit, commits per run, and the
+/// requests the disk completed for them.
 #[derive(Clone, Copy)]
 struct Written {
     bytes: u64,
     commits: u64,
     runs: u64,
+    requests: Option<Requests>,
 }
 
 impl Written {
-    fn now(service: &service::Service) -> anyhow::Result<Written> {
+    fn now(service: &service::Service, dir: &Path) -> anyhow::Result<Written> {
         Ok(Written {
             bytes: bytes_written()?,
             commits: commits(service)?,
             runs: 0,
+            requests: Requests::now(dir),
         })
     }
 
-    fn since(self, service: &service::Service, runs: u64) -> anyhow::Result<Written> {
-        let now = Written::now(service)?;
+    fn since(self, service: &service::Service, dir: &Path, runs: u64) -> anyhow::Result<Written> {
+        let now = Written::now(service, dir)?;
         Ok(Written {
             bytes: now.bytes - self.bytes,
             commits: now.commits - self.commits,
             runs,
+            requests: Requests::since(self.requests, dir),
         })
     }
 
@@ -802,6 +816,63 @@ impl Written {
 
     fn commits_per_run(&self) -> f64 {
         self.commits as f64 / self.runs.max(1) as f64
+    }
+}
+
+/// The write and flush requests the block device under a directory completed
+/// (`/sys/dev/block/MAJOR:MINOR/stat`, fields 5 and 16): what an fsync costs the disk is
+/// the requests it waits for, and pages a commit scatters over its file are one request
+/// each. Every process's requests are counted, so read it on a quiet machine. `None`
+/// where the directory is on no block device (a tmpfs, an overlay).
+#[derive(Clone, Copy)]
+struct Requests {
+    writes: u64,
+    flushes: u64,
+}
+
+impl Requests {
+    fn now(dir: &Path) -> Option<Requests> {
+        use std::os::unix::fs::MetadataExt;
+        let dev = std::fs::metadata(dir).ok()?.dev();
+        let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
+        Requests::parse(
+            &std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/stat")).ok()?,
+        )
+    }
+
+    fn parse(stat: &str) -> Option<Requests> {
+        let fields: Vec<u64> = stat
+            .split_whitespace()
+            .map(|f| f.parse().ok())
+            .collect::<Option<_>>()?;
+        Some(Requests {
+            writes: *fields.get(4)?,
+            // Kernels before 5.5 count no flushes.
+            flushes: fields.get(15).copied().unwrap_or(0),
+        })
+    }
+
+    fn since(before: Option<Requests>, dir: &Path) -> Option<Requests> {
+        let (before, now) = (before?, Requests::now(dir)?);
+        Some(Requests {
+            writes: now.writes.saturating_sub(before.writes),
+            flushes: now.flushes.saturating_sub(before.flushes),
+        })
+    }
+
+    /// "W writes + F flushes per what" on the disk, over `count` of them.
+    fn each(requests: Option<Requests>, count: usize, what: &str) -> String {
+        match requests {
+            Some(r) => {
+                let count = count.max(1) as f64;
+                format!(
+                    "{:.1} write + {:.1} flush requests per {what}",
+                    r.writes as f64 / count,
+                    r.flushes as f64 / count
+                )
+            }
+            None => "the disk's requests unknown (no block device)".to_string(),
+        }
     }
 }
 
@@ -1246,4 +1317,33 @@ fn count_running_attempts(token: &str, port: u16, ids: &[String]) -> anyhow::Res
         .filter(|step| step["attempts"][0]["state"] == "running")
         .count();
     Ok(running as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Requests;
+
+    #[test]
+    fn a_block_devices_stat_gives_its_write_and_flush_requests() {
+        let now = "3179895 100321 272512002 7268058 24801302 1209598 717065920 7167885 0 1467024 14842348 1167147 49 455495216 182652 3260992 223750\n";
+        let r = Requests::parse(now).expect("17 fields");
+        assert_eq!((r.writes, r.flushes), (24_801_302, 3_260_992));
+        // A kernel before 5.5 has no flush fields (and none for discards before 4.18).
+        let old = "10 0 80 5 20 3 160 9 0 12 14";
+        let r = Requests::parse(old).expect("11 fields");
+        assert_eq!((r.writes, r.flushes), (20, 0));
+        assert!(Requests::parse("10 0 80").is_none());
+        assert!(Requests::parse("10 0 80 5 x 3 160 9 0 12 14").is_none());
+        assert_eq!(
+            Requests::each(
+                Some(Requests {
+                    writes: 25,
+                    flushes: 10
+                }),
+                10,
+                "commit"
+            ),
+            "2.5 write + 1.0 flush requests per commit"
+        );
+    }
 }
