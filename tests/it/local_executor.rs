@@ -316,15 +316,19 @@ async fn a_stop_during_the_handshake_means_the_step_never_starts() {
 /// A supervisor from the zygote releases an attempt's lock once its verdict is written
 /// and goes on to the next attempt without exiting. An adopted attempt is over at that
 /// release, not when the process ends. This test process plays that supervisor: one of
-/// this build (it locks the attempt directory) and one of an older build (it held a
-/// `lock` file and wrote pretty JSON), as a service finds them after an upgrade.
+/// this build (it locks the attempt directory), one of an older build (it held a `lock`
+/// file and wrote pretty JSON), as a service finds them after an upgrade, and one of this
+/// build caught half-way through appending its record, which the service waits for
+/// rather than judging the attempt by.
 #[tokio::test]
 async fn an_adopted_attempt_ends_when_its_supervisor_releases_it_though_the_process_lives_on() {
     let dir = common::tempdir().expect("tempdir");
     let attempts = dir.path().join("state").join("attempts");
     let out = dir.path().join("out");
     let (executor, mut reports) = executor(&attempts);
-    for (fence, older_build) in [(21, false), (22, true)] {
+    for (fence, older_build, appending) in
+        [(21, false, false), (22, true, false), (23, false, true)]
+    {
         let attempt_dir = files::attempt_dir(&attempts, Fence(fence));
         std::fs::create_dir_all(&attempt_dir).expect("dir");
         files::write_spec(
@@ -346,13 +350,33 @@ async fn an_adopted_attempt_ends_when_its_supervisor_releases_it_though_the_proc
             files::open_lock(&attempt_dir).expect("lock")
         };
         rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive).expect("flock");
+        // Only half of the record's line is there when the service looks; the rest
+        // lands 300 ms later.
+        let finisher = appending.then(|| {
+            let path = attempt_dir.join(files::ATTEMPT);
+            let whole = std::fs::read(&path).expect("record file");
+            let spec_end = whole.iter().position(|&b| b == b'\n').expect("spec line") + 1;
+            let half = spec_end + (whole.len() - spec_end) / 2;
+            std::fs::write(&path, &whole[..half]).expect("torn record");
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                let mut file = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&path)
+                    .expect("open");
+                std::io::Write::write_all(&mut file, &whole[half..]).expect("the rest");
+            })
+        });
 
         let adoption = adoption(fence);
         executor.adopt(&adoption).await.expect("adopt");
+        if let Some(finisher) = finisher {
+            finisher.join().expect("finisher");
+        }
         tokio::time::sleep(Duration::from_millis(700)).await;
         assert!(
             reports.try_recv().is_err(),
-            "still supervised: no verdict (older build: {older_build})"
+            "still supervised: no verdict (older build: {older_build}, appending: {appending})"
         );
 
         let verdict = scarab::engine::Verdict {

@@ -737,6 +737,84 @@ mod tests {
         assert!(read_supervision(&dir).is_err());
     }
 
+    /// A tmpfs of `pages` pages of 4 KiB mounted at `at`, unmounted when dropped.
+    struct SmallDisk(std::ffi::CString);
+
+    impl SmallDisk {
+        fn mount(at: &Path, pages: usize) -> SmallDisk {
+            use std::os::unix::ffi::OsStrExt;
+            let target = std::ffi::CString::new(at.as_os_str().as_bytes()).expect("path");
+            let options =
+                std::ffi::CString::new(format!("size={}", pages * 4096)).expect("options");
+            // SAFETY: every pointer is a NUL-terminated string that outlives the call.
+            let result = unsafe {
+                libc::mount(
+                    c"tmpfs".as_ptr(),
+                    target.as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    0,
+                    options.as_ptr().cast(),
+                )
+            };
+            assert_eq!(result, 0, "mount: {}", io::Error::last_os_error());
+            SmallDisk(target)
+        }
+    }
+
+    impl Drop for SmallDisk {
+        fn drop(&mut self) {
+            // SAFETY: a NUL-terminated path.
+            unsafe { libc::umount2(self.0.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+
+    /// A full disk cuts an append short part-way (its bytes up to the last page that
+    /// could be had): what it wrote is taken back, so the file still reads as the records
+    /// before it, and once there is room the next record lands whole behind them.
+    #[test]
+    fn an_append_a_full_disk_cuts_short_is_taken_back() {
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: mounting a tmpfs needs root (CI runs as root)");
+            return;
+        }
+        let root = tempfile::tempdir().expect("tempdir");
+        let disk = root.path().join("disk");
+        fs::create_dir(&disk).expect("mount point");
+        let _mounted = SmallDisk::mount(&disk, 4);
+        let dir = disk.join("7");
+        fs::create_dir(&dir).expect("attempt dir");
+        // A spec of about 3 KiB: its page of the record file has about 1 KiB left.
+        let mut long = spec(7);
+        if let LaunchAction::Local { argv, .. } = &mut long.launch.action {
+            argv.push("x".repeat(3000));
+        }
+        write_spec(&dir, &long).expect("spec");
+        let spec_len = fs::metadata(dir.join(ATTEMPT)).expect("spec").len();
+        assert!((3000..4096).contains(&spec_len), "{spec_len}");
+        // Every other page taken.
+        let mut filler = File::create(disk.join("filler")).expect("filler");
+        while filler.write_all(&[0u8; 4096]).is_ok() {}
+        // A verdict of about 2 KiB needs a page more than there is.
+        let mut big = verdict();
+        big.reason = "r".repeat(2000);
+        let error = write_verdict(&dir, Layout::Records, &big).expect_err("no room");
+        assert_eq!(error.raw_os_error(), Some(libc::ENOSPC), "{error}");
+        assert_eq!(
+            fs::metadata(dir.join(ATTEMPT)).expect("file").len(),
+            spec_len
+        );
+        assert_eq!(read_verdict(&dir).expect("read"), None);
+        assert_eq!(read_spec(&dir).expect("read"), Some(long));
+
+        drop(filler);
+        fs::remove_file(disk.join("filler")).expect("room again");
+        write_supervisor(&dir, Layout::Records, &identity(5)).expect("supervisor");
+        write_verdict(&dir, Layout::Records, &big).expect("verdict");
+        assert_eq!(read_verdict(&dir).expect("read"), Some(big));
+        let supervision = read_supervision(&dir).expect("read").expect("recorded");
+        assert_eq!(supervision.supervisor, identity(5));
+    }
+
     #[test]
     fn a_file_larger_than_any_build_writes_is_refused_unread() {
         let (_root, dir) = attempt();
