@@ -329,16 +329,7 @@ async fn an_adopted_attempt_ends_when_its_supervisor_releases_it_though_the_proc
     for (fence, older_build, appending) in
         [(21, false, false), (22, true, false), (23, false, true)]
     {
-        let attempt_dir = files::attempt_dir(&attempts, Fence(fence));
-        std::fs::create_dir_all(&attempt_dir).expect("dir");
-        files::write_spec(
-            &attempt_dir,
-            &Spec {
-                launch: order(fence, &out),
-                kill_grace_ms: 1000,
-            },
-        )
-        .expect("spec");
+        let attempt_dir = new_attempt(&attempts, fence, &out);
         let me = files::ProcessIdentity::of(std::process::id() as i32).expect("own identity");
         let lock = if older_build {
             make_older_build(&attempt_dir);
