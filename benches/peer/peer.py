@@ -232,88 +232,120 @@ def celery(n, fsync_always, scratch):
         redis.wait()
 
 
+class Service:
+    """A `scarab serve` on a fresh state dir under `scratch`, with its admin token; stop()
+    ends it (SIGTERM, then SIGKILL after 30 s)."""
+
+    def __init__(self, exe, scratch):
+        self.port = free_port()
+        self.state = tempfile.mkdtemp(dir=scratch)
+        os.chmod(self.state, 0o700)
+        self.process = subprocess.Popen(
+            [exe, "serve", "--state-dir", self.state, "--listen", f"127.0.0.1:{self.port}"],
+            env=dict(os.environ, SCARAB_LOG="warn"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_port(self.port)
+            token_file = os.path.join(self.state, "admin.token")
+            deadline = time.time() + 30
+            while not os.path.exists(token_file) and time.time() < deadline:
+                time.sleep(0.05)
+            with open(token_file) as f:
+                token = f.read().strip()
+        except BaseException:
+            self.stop()
+            raise
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/yaml"}
+
+    def stop(self):
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+    def metrics(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        return text
+
+    def commits(self):
+        """The driver's commits so far and the seconds they took (each from its batch's
+        start to the end of its fsync)."""
+        text = self.metrics()
+        count = re.search(r"^scarab_commit_duration_seconds_count (\S+)", text, re.M)
+        total = re.search(r"^scarab_commit_duration_seconds_sum (\S+)", text, re.M)
+        return (float(count.group(1)) if count else 0.0, float(total.group(1)) if total else 0.0)
+
+    def finished(self):
+        text = self.metrics()
+        done = 0
+        for state_name in ("succeeded", "failed", "dead_lettered", "cancelled"):
+            m = re.search(r'^scarab_runs\{state="%s"\} (\d+)' % state_name, text, re.M)
+            if m:
+                done += int(m.group(1))
+        return done
+
+    def submit(self, count):
+        """Submits `count` runs of PIPELINE one after another on one keep-alive connection;
+        returns when the last was acknowledged."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port)
+        for _ in range(count):
+            conn.request("POST", "/v1/runs", body=PIPELINE, headers=self.headers)
+            response = conn.getresponse()
+            body = response.read()
+            if response.status != 201:
+                raise SystemExit(f"submit answered {response.status}: {body[:200]}")
+        conn.close()
+        return time.perf_counter()
+
+    def rss_mb(self):
+        """The service's RSS alone."""
+        return rss_mb(self.process.pid)
+
+    def rss_with_zygote_mb(self):
+        return scarab_rss_mb(self.process.pid)
+
+
 def scarab(n, exe, scratch, creates=None):
     """Scarab's leg; `creates` is create_cost_us(scratch) if the caller took it already."""
     if creates is None:
         creates = create_cost_us(scratch)
-    port = free_port()
-    state = tempfile.mkdtemp(dir=scratch)
-    os.chmod(state, 0o700)
-    server = subprocess.Popen(
-        [exe, "serve", "--state-dir", state, "--listen", f"127.0.0.1:{port}"],
-        env=dict(os.environ, SCARAB_LOG="warn"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    service = Service(exe, scratch)
     try:
-        wait_port(port)
-        deadline = time.time() + 30
-        while not os.path.exists(os.path.join(state, "admin.token")) and time.time() < deadline:
-            time.sleep(0.05)
-        with open(os.path.join(state, "admin.token")) as f:
-            token = f.read().strip()
-        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/yaml"}
-
-        def metrics():
-            conn = http.client.HTTPConnection("127.0.0.1", port)
-            conn.request("GET", "/metrics")
-            text = conn.getresponse().read().decode()
-            conn.close()
-            return text
-
-        def commits():
-            """The driver's commits so far and the seconds they took (each from its batch's
-            start to the end of its fsync)."""
-            text = metrics()
-            count = re.search(r"^scarab_commit_duration_seconds_count (\S+)", text, re.M)
-            total = re.search(r"^scarab_commit_duration_seconds_sum (\S+)", text, re.M)
-            return (float(count.group(1)) if count else 0.0, float(total.group(1)) if total else 0.0)
-
-        def finished():
-            text = metrics()
-            done = 0
-            for state_name in ("succeeded", "failed", "dead_lettered", "cancelled"):
-                m = re.search(r'^scarab_runs\{state="%s"\} (\d+)' % state_name, text, re.M)
-                if m:
-                    done += int(m.group(1))
-            return done
-
         # Warm up with one run, then wait for it.
-        conn = http.client.HTTPConnection("127.0.0.1", port)
-        conn.request("POST", "/v1/runs", body=PIPELINE, headers=headers)
-        assert conn.getresponse().read() and True
-        conn.close()
-        while finished() < 1:
+        service.submit(1)
+        while service.finished() < 1:
             time.sleep(0.01)
         # Right after the run a supervisor is kept for the next; idle is once it ended.
-        warm = scarab_rss_mb(server.pid)
+        warm = service.rss_with_zygote_mb()
         time.sleep(SUPERVISOR_KEPT_FOR)
-        idle = scarab_rss_mb(server.pid)
+        idle = service.rss_with_zygote_mb()
 
-        def client(_, count):
-            conn = http.client.HTTPConnection("127.0.0.1", port)  # keep-alive
-            for _ in range(count):
-                conn.request("POST", "/v1/runs", body=PIPELINE, headers=headers)
-                response = conn.getresponse()
-                body = response.read()
-                if response.status != 201:
-                    raise SystemExit(f"submit answered {response.status}: {body[:200]}")
-            conn.close()
-            return time.perf_counter()
-
-        before = commits()
+        before = service.commits()
         start = time.perf_counter()
-        submitted = in_threads(client, n)
-        while finished() < n + 1:
+        submitted = in_threads(lambda _, count: service.submit(count), n)
+        while service.finished() < n + 1:
             time.sleep(0.005)
         elapsed = time.perf_counter() - start
-        after = commits()
+        after = service.commits()
         count, seconds = after[0] - before[0], after[1] - before[1]
+        busy = service.rss_with_zygote_mb()
+        # Idle again once the kept supervisors ended: what the runs left behind (the
+        # store's page cache, the allocator's heap), the memory a service holds between
+        # bursts of work.
+        time.sleep(SUPERVISOR_KEPT_FOR)
         return {
             "rate": n / elapsed,
             "elapsed": elapsed,
             "submit": max(submitted) - start,
             "rss": idle,
             "rss_warm": warm,
-            "rss_after": scarab_rss_mb(server.pid),
+            "rss_after": busy,
+            "rss_idle_after": service.rss_with_zygote_mb(),
+            "rss_service_idle_after": service.rss_mb(),
             "creates_us": creates,
             # The driver is one serial loop: the share of the time it spent committing
             # says how close it is to being the limit.
@@ -322,11 +354,7 @@ def scarab(n, exe, scratch, creates=None):
             "driver_busy": seconds / elapsed,
         }
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        service.stop()
 
 
 def main():
@@ -372,7 +400,8 @@ def main():
           "Scarab creates 2 per attempt (its directory and attempt.jsonl). Above ~50 us, recently deleted files of this filesystem "
           "are slowing Scarab down (see create_cost_us)")
     print(f"Scarab RSS right after one run (a supervisor kept for the next): {r['rss_warm']:.1f} MB; "
-          f"after the {args.runs} runs: {r['rss_after']:.1f} MB")
+          f"right after the {args.runs} runs: {r['rss_after']:.1f} MB; idle again after them: "
+          f"{r['rss_idle_after']:.1f} MB (the service alone {r['rss_service_idle_after']:.1f} MB)")
     every = ", ".join(
         f"{x['commits_per_run']:.2f} x {x['commit_ms']:.2f} ms = {x['driver_busy'] * 100:.0f}%"
         for x in rounds["scarab"]
