@@ -136,7 +136,7 @@ pub const HISTORY_EVENTS_PER_RUN_MAX: u32 = 10_000;
 pub const RECORD_MAX_BYTES: usize = 4 * 1024 * 1024;
 /// redb page cache (its write buffer takes at most half). It fills with every page the
 /// driver writes, and stays full: at 32 MiB the service held 58 MB once the store passed
-/// it, against 29 MB at 4 MiB, at the same speed (docs/benchmarks.md, "Memory after
+/// it, against 28 MB at 4 MiB, at the same speed (docs/benchmarks.md, "Memory after
 /// use"). What a transition reads is the right-hand edges of its trees (run ids and
 /// times grow), a few hundred pages; anything colder is one `pread` from the kernel's
 /// page cache away.
