@@ -306,6 +306,7 @@ class Service:
         return rss_mb(self.process.pid)
 
     def rss_with_zygote_mb(self):
+        """The service's RSS with its zygote's and kept supervisors' (scarab_rss_mb)."""
         return scarab_rss_mb(self.process.pid)
 
 

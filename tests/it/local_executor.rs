@@ -235,8 +235,6 @@ async fn a_confirmed_attempt_with_no_trace_is_lost_and_a_foreign_directory_is_no
     assert!(!out.exists(), "the other run's step was not started");
 }
 
-/// An attempt directory as an older build left it: `spec.json`, `supervisor.json` in
-/// pretty JSON, `verdict.json` (this build keeps all of it in `attempt.jsonl`).
 /// `fence`'s attempt directory with `order`'s spec written, as a launch leaves it.
 fn new_attempt(attempts: &Path, fence: u64, out: &Path) -> std::path::PathBuf {
     let dir = files::attempt_dir(attempts, Fence(fence));
@@ -249,6 +247,8 @@ fn new_attempt(attempts: &Path, fence: u64, out: &Path) -> std::path::PathBuf {
     dir
 }
 
+/// An attempt directory as an older build left it: `spec.json`, `supervisor.json` in
+/// pretty JSON, `verdict.json` (this build keeps all of it in `attempt.jsonl`).
 /// Called with the spec alone written: the spec record is the whole of an older
 /// `spec.json`.
 fn make_older_build(dir: &Path) {
