@@ -629,6 +629,7 @@ mod tests {
         }
     }
 
+    /// A fixed verdict: its time is a constant so two calls compare equal.
     fn verdict() -> Verdict {
         Verdict {
             outcome: crate::engine::Outcome::Succeeded,
@@ -636,7 +637,7 @@ mod tests {
             reason: "exited 0\non two lines".into(),
             exit_code: Some(0),
             started_at: None,
-            finished_at: crate::clock::now(),
+            finished_at: crate::engine::Timestamp(1_796_624_821_539),
         }
     }
 
