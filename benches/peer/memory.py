@@ -37,14 +37,12 @@ def main():
         print("| idle after | runs so far | service RSS | with zygote and kept supervisors | store file |")
         print("|---|---|---|---|---|")
         service.submit(1)
-        while service.finished() < 1:
-            time.sleep(0.01)
+        service.wait_finished(1)
         report("one run", 1)
         for burst in range(1, bursts + 1):
             peer.in_threads(lambda _, count: service.submit(count), n)
             total = 1 + burst * n
-            while service.finished() < total:
-                time.sleep(0.05)
+            service.wait_finished(total)
             report(f"burst {burst}", total)
     finally:
         service.stop()
