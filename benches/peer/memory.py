@@ -1,7 +1,8 @@
 """Scarab's memory between bursts of work: one service, BURSTS bursts of N one-step
 /bin/true runs from 2 clients (the side-by-side's load), and after each burst, once the
 supervisors the zygote kept have ended, the RSS of the service alone and with its zygote
-and kept supervisors (peer.scarab_rss_mb), beside the store file's size. Memory that stays
+and kept supervisors (peer.scarab_rss_mb), that sum in PSS (the binary's pages they share
+counted once), beside the store file's size. Memory that stays
 after work is what a service holds between bursts: the store's page cache fills with the
 pages the driver writes (limits::STORE_CACHE_BYTES), and the allocator keeps its heap.
 
@@ -31,11 +32,12 @@ def main():
             time.sleep(peer.SUPERVISOR_KEPT_FOR)
             store = os.path.getsize(os.path.join(service.state, "scarab.redb")) / 1e6
             print(f"| {label} | {runs} | {service.rss_mb():.1f} MB | "
-                  f"{service.rss_with_zygote_mb():.1f} MB | {store:.1f} MB |", flush=True)
+                  f"{service.rss_with_zygote_mb():.1f} MB | {service.pss_with_zygote_mb():.1f} MB | "
+                  f"{store:.1f} MB |", flush=True)
 
         print(f"{exe}: {bursts} bursts of {n} one-step runs from {peer.CLIENTS} clients")
-        print("| idle after | runs so far | service RSS | with zygote and kept supervisors | store file |")
-        print("|---|---|---|---|---|")
+        print("| idle after | runs so far | service RSS | with zygote and kept supervisors | the same in PSS | store file |")
+        print("|---|---|---|---|---|---|")
         service.submit(1)
         service.wait_finished(1)
         report("one run", 1)

@@ -94,11 +94,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def scarab_rss_mb(pid):
+def scarab_rss_mb(pid, measure=None):
     """The service's RSS plus its supervisor zygote's and the supervisors it keeps
     (processes of Scarab's too, sharing the binary's pages with the service, so this sum
-    counts those more than once)."""
-    total = rss_mb(pid)
+    counts those more than once; with measure=pss_mb, once)."""
+    measure = measure or rss_mb
+    total = measure(pid)
     children = []
     # Children are listed per thread, and the zygote's parent is whichever thread
     # spawned it.
@@ -113,7 +114,7 @@ def scarab_rss_mb(pid):
         except OSError:
             continue
         if cmdline.endswith(b"supervise\0--zygote\0"):
-            total += tree_rss_mb(int(child))
+            total += tree_rss_mb(int(child), measure)
     return total
 
 
@@ -139,15 +140,29 @@ def rss_mb(pid):
     return 0.0
 
 
-def tree_rss_mb(pid):
-    """RSS of a process and all its descendants."""
-    total = rss_mb(pid)
+def pss_mb(pid):
+    """A process's proportional set size: each page it shares counted as its share, so
+    that a sum over the processes sharing it counts it once."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def tree_rss_mb(pid, measure=None):
+    """RSS of a process and all its descendants (or what `measure` gives, pss_mb)."""
+    measure = measure or rss_mb
+    total = measure(pid)
     try:
         children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
     except OSError:
         children = []
     for child in children:
-        total += tree_rss_mb(int(child))
+        total += tree_rss_mb(int(child), measure)
     return total
 
 
@@ -211,6 +226,7 @@ def celery(n, fsync_always, scratch):
         # Warm up: the worker is up and answering.
         tasks.true.delay().get(timeout=60)
         idle = tree_rss_mb(worker.pid) + rss_mb(redis.pid)
+        idle_pss = tree_rss_mb(worker.pid, pss_mb) + pss_mb(redis.pid)
 
         def client(_, count):
             results = [tasks.true.delay() for _ in range(count)]
@@ -227,6 +243,7 @@ def celery(n, fsync_always, scratch):
             "elapsed": elapsed,
             "submit": max(submitted) - start,
             "rss": idle,
+            "pss": idle_pss,
         }
     finally:
         worker.send_signal(signal.SIGTERM)
@@ -331,6 +348,10 @@ class Service:
         """The service's RSS with its zygote's and kept supervisors' (scarab_rss_mb)."""
         return scarab_rss_mb(self.process.pid)
 
+    def pss_with_zygote_mb(self):
+        """The same sum in PSS: the pages they share counted once."""
+        return scarab_rss_mb(self.process.pid, pss_mb)
+
 
 def scarab(n, exe, scratch, creates=None):
     """Scarab's leg; `creates` is create_cost_us(scratch) if the caller took it already."""
@@ -345,6 +366,7 @@ def scarab(n, exe, scratch, creates=None):
         warm = service.rss_with_zygote_mb()
         time.sleep(SUPERVISOR_KEPT_FOR)
         idle = service.rss_with_zygote_mb()
+        idle_pss = service.pss_with_zygote_mb()
 
         before = service.commits()
         start = time.perf_counter()
@@ -363,10 +385,12 @@ def scarab(n, exe, scratch, creates=None):
             "elapsed": elapsed,
             "submit": max(submitted) - start,
             "rss": idle,
+            "pss": idle_pss,
             "rss_warm": warm,
             "rss_after": busy,
             "rss_idle_after": service.rss_with_zygote_mb(),
             "rss_service_idle_after": service.rss_mb(),
+            "pss_idle_after": service.pss_with_zygote_mb(),
             "creates_us": creates,
             # The driver is one serial loop: the share of the time it spent committing
             # says how close it is to being the limit.
@@ -405,8 +429,10 @@ def main():
     cpus = os.cpu_count()
     print(f"machine: {cpus} cores; {args.runs} one-step /bin/true jobs, {CLIENTS} clients, "
           f"median of {args.rounds} rounds; state of all three in {root} ({fs})")
-    print("| system | jobs/s (median) | every round | all done in | submissions done in | idle RSS |")
-    print("|---|---|---|---|---|---|")
+    # RSS sums count the pages a system's processes share (the binary, a prefork
+    # worker's copied-on-write heap) once per process; PSS counts them once.
+    print("| system | jobs/s (median) | every round | all done in | submissions done in | idle RSS (sum) | idle PSS (sum) |")
+    print("|---|---|---|---|---|---|---|")
     names = {
         "scarab": "Scarab (every transition fsynced)",
         "celery_fsync_always": "Celery 5 + Redis, appendfsync always (prefork, 2)",
@@ -414,7 +440,7 @@ def main():
     }
     for key, r in results.items():
         every = ", ".join(f"{x['rate']:.0f}" for x in rounds[key])
-        print(f"| {names[key]} | {r['rate']:.0f} | {every} | {r['elapsed']:.2f} s | {r['submit']:.2f} s | {r['rss']:.1f} MB |")
+        print(f"| {names[key]} | {r['rate']:.0f} | {every} | {r['elapsed']:.2f} s | {r['submit']:.2f} s | {r['rss']:.1f} MB | {r['pss']:.1f} MB |")
     r = results["scarab"]
     every = ", ".join(f"{x['creates_us']:.0f}" for x in rounds["scarab"])
     print(f"An inode created in the scratch before each Scarab round: {every} us (median of 200); "
@@ -422,7 +448,8 @@ def main():
           "are slowing Scarab down (see create_cost_us)")
     print(f"Scarab RSS right after one run (a supervisor kept for the next): {r['rss_warm']:.1f} MB; "
           f"right after the {args.runs} runs: {r['rss_after']:.1f} MB; idle again after them: "
-          f"{r['rss_idle_after']:.1f} MB (the service alone {r['rss_service_idle_after']:.1f} MB)")
+          f"{r['rss_idle_after']:.1f} MB (the service alone {r['rss_service_idle_after']:.1f} MB; "
+          f"in PSS {r['pss_idle_after']:.1f} MB)")
     every = ", ".join(
         f"{x['commits_per_run']:.2f} x {x['commit_ms']:.2f} ms = {x['driver_busy'] * 100:.0f}%"
         for x in rounds["scarab"]
