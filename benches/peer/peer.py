@@ -129,28 +129,26 @@ SUPERVISOR_KEPT_FOR = 5 + 2
 POLL_EVERY = float(os.environ.get("PEER_POLL_MS", "20")) / 1000
 
 
-def rss_mb(pid):
+def proc_kb_field_mb(path, field):
+    """A `Field:  N kB` line of a /proc file, in MB; 0 when the process is gone."""
     try:
-        with open(f"/proc/{pid}/status") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field):
                     return int(line.split()[1]) / 1024
     except OSError:
         pass
     return 0.0
+
+
+def rss_mb(pid):
+    return proc_kb_field_mb(f"/proc/{pid}/status", "VmRSS:")
 
 
 def pss_mb(pid):
     """A process's proportional set size: each page it shares counted as its share, so
     that a sum over the processes sharing it counts it once."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
+    return proc_kb_field_mb(f"/proc/{pid}/smaps_rollup", "Pss:")
 
 
 def tree_rss_mb(pid, measure=None):
