@@ -296,8 +296,8 @@ class Service:
             self.conn.request("GET", "/metrics")
             return self.conn.getresponse().read().decode()
         except (http.client.HTTPException, OSError):
-            # The service closed the kept connection (its idle timeout): once more on a
-            # new one.
+            # The service closed the kept connection (one idle for 10 s:
+            # limits::HTTP_HEADER_READ_TIMEOUT): once more on a new one.
             self.conn.close()
             self.conn = http.client.HTTPConnection("127.0.0.1", self.port)
             self.conn.request("GET", "/metrics")
