@@ -1,7 +1,7 @@
 """Scarab's memory between bursts of work: one service, BURSTS bursts of N one-step
 /bin/true runs from 2 clients (the side-by-side's load), and after each burst, once the
 supervisors the zygote kept have ended, the RSS of the service alone and with its zygote
-and kept supervisors (peer.scarab_rss_mb), that sum in PSS (the binary's pages they share
+and kept supervisors (peer.scarab_mb), that sum in PSS (the binary's pages they share
 counted once), beside the store file's size. Memory that stays
 after work is what a service holds between bursts: the store's page cache fills with the
 pages the driver writes (limits::STORE_CACHE_BYTES), and the allocator keeps its heap.

@@ -94,41 +94,6 @@ def free_port():
         return s.getsockname()[1]
 
 
-def scarab_rss_mb(pid, measure=None):
-    """The service's RSS plus its supervisor zygote's and the supervisors it keeps
-    (processes of Scarab's too, sharing the binary's pages with the service, so this sum
-    counts those more than once; with measure=pss_mb, once)."""
-    measure = measure or rss_mb
-    total = measure(pid)
-    children = []
-    # Children are listed per thread, and the zygote's parent is whichever thread
-    # spawned it.
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            children += open(f"/proc/{pid}/task/{task}/children").read().split()
-        except OSError:
-            pass
-    for child in children:
-        try:
-            cmdline = open(f"/proc/{child}/cmdline", "rb").read()
-        except OSError:
-            continue
-        if cmdline.endswith(b"supervise\0--zygote\0"):
-            total += tree_rss_mb(int(child), measure)
-    return total
-
-
-# How long the zygote keeps a free supervisor (limits::SUPERVISOR_KEPT_FOR), and a margin
-# for its once-a-second sweep.
-SUPERVISOR_KEPT_FOR = 5 + 2
-# How often the Scarab leg looks whether its runs have finished (seconds). Each look is a
-# GET /metrics on one kept connection: 87 us of the service's CPU and 161 us of this
-# process's. Looking every 5 ms on a new connection each time (230 + 298 us) took about
-# 4% of two cores in principle; alternating the two waits moved neither the rate nor
-# the CPU per run beyond the noise (docs/benchmarks.md), but the lighter one is kept.
-POLL_EVERY = float(os.environ.get("PEER_POLL_MS", "20")) / 1000
-
-
 def proc_kb_field_mb(path, field):
     """A `Field:  N kB` line of a /proc file, in MB; 0 when the process is gone."""
     try:
@@ -151,16 +116,49 @@ def pss_mb(pid):
     return proc_kb_field_mb(f"/proc/{pid}/smaps_rollup", "Pss:")
 
 
-def tree_rss_mb(pid, measure=None):
-    """RSS of a process and all its descendants (or what `measure` gives, pss_mb)."""
-    measure = measure or rss_mb
+def scarab_mb(pid, measure=rss_mb):
+    """The service's memory plus its supervisor zygote's and the supervisors it keeps
+    (processes of Scarab's too, sharing the binary's pages with the service, so a sum of
+    RSS counts those more than once; one of PSS, once)."""
+    total = measure(pid)
+    children = []
+    # Children are listed per thread, and the zygote's parent is whichever thread
+    # spawned it.
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            children += open(f"/proc/{pid}/task/{task}/children").read().split()
+        except OSError:
+            pass
+    for child in children:
+        try:
+            cmdline = open(f"/proc/{child}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if cmdline.endswith(b"supervise\0--zygote\0"):
+            total += tree_mb(int(child), measure)
+    return total
+
+
+# How long the zygote keeps a free supervisor (limits::SUPERVISOR_KEPT_FOR), and a margin
+# for its once-a-second sweep.
+SUPERVISOR_KEPT_FOR = 5 + 2
+# How often the Scarab leg looks whether its runs have finished (seconds). Each look is a
+# GET /metrics on one kept connection: 87 us of the service's CPU and 161 us of this
+# process's. Looking every 5 ms on a new connection each time (230 + 298 us) took about
+# 4% of two cores in principle; alternating the two waits moved neither the rate nor
+# the CPU per run beyond the noise (docs/benchmarks.md), but the lighter one is kept.
+POLL_EVERY = float(os.environ.get("PEER_POLL_MS", "20")) / 1000
+
+
+def tree_mb(pid, measure=rss_mb):
+    """The memory of a process and all its descendants: RSS, or what `measure` gives."""
     total = measure(pid)
     try:
         children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
     except OSError:
         children = []
     for child in children:
-        total += tree_rss_mb(int(child), measure)
+        total += tree_mb(int(child), measure)
     return total
 
 
@@ -223,8 +221,8 @@ def celery(n, fsync_always, scratch):
     try:
         # Warm up: the worker is up and answering.
         tasks.true.delay().get(timeout=60)
-        idle = tree_rss_mb(worker.pid) + rss_mb(redis.pid)
-        idle_pss = tree_rss_mb(worker.pid, pss_mb) + pss_mb(redis.pid)
+        idle = tree_mb(worker.pid) + rss_mb(redis.pid)
+        idle_pss = tree_mb(worker.pid, pss_mb) + pss_mb(redis.pid)
 
         def client(_, count):
             results = [tasks.true.delay() for _ in range(count)]
@@ -343,12 +341,12 @@ class Service:
         return rss_mb(self.process.pid)
 
     def rss_with_zygote_mb(self):
-        """The service's RSS with its zygote's and kept supervisors' (scarab_rss_mb)."""
-        return scarab_rss_mb(self.process.pid)
+        """The service's RSS with its zygote's and kept supervisors' (scarab_mb)."""
+        return scarab_mb(self.process.pid)
 
     def pss_with_zygote_mb(self):
         """The same sum in PSS: the pages they share counted once."""
-        return scarab_rss_mb(self.process.pid, pss_mb)
+        return scarab_mb(self.process.pid, pss_mb)
 
 
 def scarab(n, exe, scratch, creates=None):

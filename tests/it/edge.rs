@@ -12,14 +12,16 @@ use crate::common::{self, Server, attempts};
 
 const WITHIN: Duration = Duration::from_secs(120);
 
-/// A tmpfs of `size` mounted at `at` (mode 0700), unmounted when dropped.
-struct Tmpfs {
+/// A tmpfs of `size` mounted at `at` (mode 0700), unmounted when dropped; `None` (and
+/// the test says it is skipped) when this process may not mount (not root).
+pub(crate) struct Tmpfs {
     at: PathBuf,
 }
 
 impl Tmpfs {
-    fn mount(at: &Path, size: &str) -> Option<Tmpfs> {
+    pub(crate) fn mount(at: &Path, size: &str) -> Option<Tmpfs> {
         if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: mounting a tmpfs needs root (CI runs as root)");
             return None;
         }
         std::fs::create_dir_all(at).expect("mount point");
@@ -48,7 +50,7 @@ impl Drop for Tmpfs {
 }
 
 /// Writes zeros to `path` until the filesystem refuses (ENOSPC); the bytes written.
-fn fill(path: &Path) -> u64 {
+pub(crate) fn fill(path: &Path) -> u64 {
     let mut file = std::fs::File::create(path).expect("filler");
     let chunk = vec![0u8; 256 * 1024];
     let mut written = 0;
@@ -78,7 +80,6 @@ fn a_full_disk_refuses_submissions_with_507_and_loses_nothing_when_space_returns
     let dir = common::tempdir().expect("tempdir");
     let state = dir.path().join("state");
     let Some(_mount) = Tmpfs::mount(&state, "48m") else {
-        eprintln!("skipped: mounting a tmpfs needs root (CI runs as root)");
         return;
     };
     let out = dir.path().join("out");

@@ -2,6 +2,7 @@
 //! and re-adoption decisions, without the rest of the service.
 
 use crate::common;
+use crate::edge::{Tmpfs, fill};
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -33,6 +34,67 @@ fn order(fence: u64, out: &Path) -> LaunchRecord {
         },
         timeout_ms: 60_000,
     }
+}
+
+/// A full disk cuts an append to an attempt's record file short part-way (its bytes up to
+/// the last page that could be had): what it wrote is taken back, so the file still reads
+/// as the records before it, and once there is room the next record lands whole behind
+/// them.
+#[test]
+fn an_append_a_full_disk_cuts_short_is_taken_back() {
+    let root = common::tempdir().expect("tempdir");
+    let disk = root.path().join("disk");
+    // Four pages of 4 KiB.
+    let Some(_mounted) = Tmpfs::mount(&disk, "16k") else {
+        return;
+    };
+    let dir = disk.join("7");
+    std::fs::create_dir(&dir).expect("attempt dir");
+    // A spec of about 3 KiB: its page of the record file has about 1 KiB left.
+    let mut long = Spec {
+        launch: order(7, &root.path().join("out")),
+        kill_grace_ms: 500,
+    };
+    if let LaunchAction::Local { argv, .. } = &mut long.launch.action {
+        argv.push("x".repeat(3000));
+    }
+    files::write_spec(&dir, &long).expect("spec");
+    let spec_len = std::fs::metadata(dir.join(files::ATTEMPT))
+        .expect("spec")
+        .len();
+    assert!((3000..4096).contains(&spec_len), "{spec_len}");
+    // Every other page taken.
+    let filler = disk.join("filler");
+    fill(&filler);
+    // A verdict of about 2 KiB needs a page more than there is.
+    let big = scarab::engine::Verdict {
+        outcome: Outcome::Succeeded,
+        started: true,
+        reason: "r".repeat(2000),
+        exit_code: Some(0),
+        started_at: None,
+        finished_at: scarab::engine::Timestamp(1_796_624_821_539),
+    };
+    let error = files::write_verdict(&dir, files::Layout::Records, &big).expect_err("no room");
+    assert_eq!(error.raw_os_error(), Some(libc::ENOSPC), "{error}");
+    assert_eq!(
+        std::fs::metadata(dir.join(files::ATTEMPT))
+            .expect("file")
+            .len(),
+        spec_len
+    );
+    assert_eq!(files::read_verdict(&dir).expect("read"), None);
+    assert_eq!(files::read_spec(&dir).expect("read"), Some(long));
+
+    std::fs::remove_file(&filler).expect("room again");
+    let me = files::ProcessIdentity::of(std::process::id() as i32).expect("own identity");
+    files::write_supervisor(&dir, files::Layout::Records, &me).expect("supervisor");
+    files::write_verdict(&dir, files::Layout::Records, &big).expect("verdict");
+    assert_eq!(files::read_verdict(&dir).expect("read"), Some(big));
+    let supervision = files::read_supervision(&dir)
+        .expect("read")
+        .expect("recorded");
+    assert_eq!(supervision.supervisor, me);
 }
 
 fn executor(attempts: &Path) -> (LocalExecutor, mpsc::Receiver<Report>) {
