@@ -396,10 +396,10 @@ impl<E: Executor> Driver<E> {
 }
 
 /// The most inputs a batch may hold for the driver to yield to the runtime after its
-/// commit. Measured (docs/benchmarks.md, "Letting a commit's wakes run"): 10% fewer
-/// commits per run and 6% more runs a second under the side-by-side load (batches of
-/// two or three), while yielding after batches of every size took a tenth off group
-/// commit with 256 clients.
+/// commit. Measured (docs/benchmarks.md, "Letting a commit's wakes run"): a tenth fewer
+/// commits per run and about 4% more runs a second under the side-by-side load
+/// (batches of two or three), while yielding after batches of every size took a tenth
+/// off group commit with 256 clients.
 const SMALL_BATCH_MAX: usize = 4;
 
 /// Adds every input already waiting to the batch, up to `COMMIT_BATCH_MAX`.
