@@ -5,9 +5,8 @@
 //! (group commit): runs' new state, history, outbox messages and timers land
 //! together, durably, before any reply is sent or any message is dispatched. After a
 //! small batch's commit it yields once, so that the tasks the commit woke run before
-//! the next batch is gathered. Every read
-//! the driver makes while a batch is open goes through that write transaction, so the
-//! batch sees its own writes.
+//! the next batch is gathered. Every read the driver makes while a batch is open goes
+//! through that write transaction, so the batch sees its own writes.
 //!
 //! Layout: this file is the loop and the group commit; `recovery` loads the store and
 //! re-adopts at start; `commands` answers the service's commands; `deliveries` settles
