@@ -99,6 +99,9 @@ for script in postinst prerm postrm conffiles; do
 $(cat "$WORK/info")"
 done
 grep -q '^ Depends:.*adduser' "$WORK/info" || die "Depends does not name adduser"
+# The binary's relocations are packed (build.rs), which glibc reads since 2.36.
+grep -qE '^ Depends:.*libc6 \(>= 2\.(3[6-9]|[4-9][0-9])' "$WORK/info" ||
+    die "Depends does not require the glibc that reads packed relocations (>= 2.36): $(grep '^ Depends:' "$WORK/info")"
 
 mkdir "$WORK/control"
 dpkg-deb --control "$DEB" "$WORK/control"
