@@ -882,8 +882,21 @@ pub struct DecisionArgs {
 }
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match dispatch(cli.command) {
+    // The supervisor zygote is started by the service with exactly these arguments. It
+    // skips clap's parse, which would build every command's definition in it: the
+    // zygote stays small, and every supervisor is forked from it.
+    let command = if std::env::args_os()
+        .skip(1)
+        .eq(crate::executor::local::zygote::ARGS)
+    {
+        Command::Supervise {
+            dir: None,
+            zygote: true,
+        }
+    } else {
+        Cli::parse().command
+    };
+    match dispatch(command) {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {}", error_text(&error));
@@ -1438,6 +1451,21 @@ fn with_params(query: String, params: &[(String, String)]) -> String {
 #[cfg(test)]
 mod help_tests {
     use super::*;
+
+    /// The zygote's arguments, which `main` recognises before the parser, parse to the
+    /// command `main` then runs: the shortcut and the parser agree.
+    #[test]
+    fn the_zygote_arguments_parse_to_the_zygote() {
+        let args = std::iter::once("scarab").chain(crate::executor::local::zygote::ARGS);
+        let cli = Cli::try_parse_from(args).expect("the zygote's arguments parse");
+        assert!(matches!(
+            cli.command,
+            Command::Supervise {
+                dir: None,
+                zygote: true
+            }
+        ));
+    }
 
     /// Every command says what it does, and every argument and option what it is
     /// (`--help` lists the values of those that take a fixed set).

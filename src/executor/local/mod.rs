@@ -263,7 +263,7 @@ impl LocalExecutor {
             Some(zygote) => zygote,
             empty => {
                 let mut command = self.supervisor_command();
-                command.arg("supervise").arg("--zygote");
+                command.args(zygote::ARGS);
                 empty.insert(zygote::Zygote::start(command).map_err(zygote::Failed::Broken)?)
             }
         };

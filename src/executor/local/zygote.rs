@@ -36,6 +36,10 @@ use rustix::process::{Pid, PidfdFlags};
 /// does not know, and the service then executes the binary instead.
 const PROTOCOL: &[u8] = b"scarab-zygote/2\0";
 
+/// The arguments a zygote is started with (`scarab supervise --zygote`). The command line
+/// recognises them before its parser runs, so the zygote never builds the parser.
+pub const ARGS: [&str; 2] = ["supervise", "--zygote"];
+
 /// The most a request may hold: an attempt directory and the protected paths.
 const MAX_MESSAGE: usize = 64 * 1024;
 
