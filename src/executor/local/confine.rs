@@ -20,9 +20,9 @@
 //! step's own domain. Each attempt has its own domain, so steps cannot reach each other.
 //!
 //! The ruleset is built before the step starts (by the zygote, or by a supervisor started
-//! without one). The supervisor applies it to a thread of its own that then spawns the
-//! step: Landlock domains and `no_new_privs` belong to a thread and what it starts, so the
-//! supervisor itself stays unconfined.
+//! without one). The step's own process applies it between the supervisor's clone and
+//! its `execve` (`spawn`): Landlock domains and `no_new_privs` belong to a task and what
+//! it starts, so the supervisor itself stays unconfined.
 
 use std::collections::HashSet;
 use std::io;

@@ -4,6 +4,7 @@
 pub mod confine;
 pub mod files;
 pub mod mask;
+pub mod spawn;
 pub mod supervisor;
 pub mod zygote;
 

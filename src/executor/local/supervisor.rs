@@ -5,13 +5,14 @@
 //! is down), captures the step's output, and writes the verdict atomically into the
 //! attempt directory. It classifies exactly as docs/failure-classes.md says for local steps.
 
+use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsFd;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
@@ -19,6 +20,7 @@ use rustix::process::{Pid, Signal};
 use super::confine::{ConfineError, Confinement};
 use super::files::{self, ProcessIdentity, Spec};
 use super::mask::Masker;
+use super::spawn::{self, Step};
 use crate::engine::{FailureClass, KillReason, Outcome, Timestamp, Verdict};
 
 #[derive(Debug, thiserror::Error)]
@@ -190,10 +192,6 @@ fn run_attempt(
         )
         .and_then(|paths| Confinement::build(&paths))
     });
-    // The thread that will spawn the step, started while the service records the launch
-    // too (a thread costs tens of microseconds to start on a virtual machine). Without
-    // one (the system is out of threads), the go tries again.
-    let spawner = Spawner::ready(mask_for_steps()).ok();
     let go = match wait_for_go(dir, &mut watch)? {
         Handshake::Go(go) => go,
         Handshake::Stop(reason) => {
@@ -263,14 +261,19 @@ fn run_attempt(
     };
     let masker = || Masker::new(go.env.iter().map(|(_, value)| value.as_bytes()));
     let started_at = now();
-    let spawned = spawner
-        .map_or_else(|| Spawner::ready(mask_for_steps()), Ok)
-        .map_err(Spawn::Thread)
-        .and_then(|spawner| spawner.spawn(command(spec, &local, &go.env), confinement));
+    let env = environment(spec, &local, &go.env);
+    let spawned = spawn::start(&spawn::Request {
+        argv: local.argv,
+        env: &env,
+        workdir: local.workdir.map(Path::new),
+        umask: mask_for_steps(),
+        confinement: Some(&confinement),
+    });
+    drop(confinement);
     let mut child = match spawned {
         Ok(child) => child,
         Err(failure) => {
-            let (class, reason) = failure.judged(&local.argv[0]);
+            let (class, reason) = judged(&failure, &local.argv[0]);
             return Ok(Some(never_ran_verdict(
                 Outcome::Failed(class),
                 &reason,
@@ -280,10 +283,10 @@ fn run_attempt(
     };
     let pid = child.id() as i32;
     if let Some(out) = child.stdout.take() {
-        watch.capture(Stream::new(out.into(), dir.join(files::STDOUT), masker()));
+        watch.capture(Stream::new(out, dir.join(files::STDOUT), masker()));
     }
     if let Some(err) = child.stderr.take() {
-        watch.capture(Stream::new(err.into(), dir.join(files::STDERR), masker()));
+        watch.capture(Stream::new(err, dir.join(files::STDERR), masker()));
     }
     watch.watch_exit(child);
     // What lets a later service stop this step if this supervisor dies. A full disk must
@@ -418,55 +421,42 @@ pub fn protected_paths(dir: &Path, list: Option<&str>) -> Result<Vec<PathBuf>, C
     Ok(paths)
 }
 
-fn command(spec: &Spec, local: &files::LocalCommand, secrets: &[(String, String)]) -> Command {
-    let mut command = Command::new(&local.argv[0]);
-    command
-        .args(&local.argv[1..])
-        .stdin(Stdio::null())
-        // Pipes this supervisor holds: the step never gets a path or a descriptor of its
-        // log files, and what it writes is masked on the way (`capture`).
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env("SCARAB_RUN_ID", spec.launch.run.to_string())
-        .env("SCARAB_STEP", &spec.launch.step_name)
-        .env("SCARAB_ATTEMPT", spec.launch.attempt.to_string())
-        .env("SCARAB_FENCE", spec.launch.fence.0.to_string())
-        .envs(local.env.iter().map(|(k, v)| (k, v)))
-        .envs(secrets.iter().map(|(k, v)| (k, v)))
-        .env_remove(crate::service::STEP_UMASK_VAR)
-        .env_remove(super::confine::PROTECT_VAR)
-        // Its own process group, so the whole step can be stopped at once.
-        .process_group(0);
-    if let Some(workdir) = local.workdir {
-        command.current_dir(workdir);
+/// The step's environment: this supervisor's (what the service let through to steps),
+/// without what only supervisors read, with the attempt's identity, the step's own
+/// variables and its secrets.
+fn environment(
+    spec: &Spec,
+    local: &files::LocalCommand,
+    secrets: &[(String, String)],
+) -> BTreeMap<OsString, OsString> {
+    let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+    env.remove(std::ffi::OsStr::new(crate::service::STEP_UMASK_VAR));
+    env.remove(std::ffi::OsStr::new(super::confine::PROTECT_VAR));
+    let attempt = [
+        ("SCARAB_RUN_ID", spec.launch.run.to_string()),
+        ("SCARAB_STEP", spec.launch.step_name.clone()),
+        ("SCARAB_ATTEMPT", spec.launch.attempt.to_string()),
+        ("SCARAB_FENCE", spec.launch.fence.0.to_string()),
+    ];
+    let given = attempt
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), value))
+        .chain(local.env.iter().map(|(k, v)| (k.clone(), v.clone())))
+        .chain(secrets.iter().cloned());
+    for (name, value) in given {
+        env.insert(name.into(), value.into());
     }
-    command
+    env
 }
 
-/// Why a step could not be started.
-enum Spawn {
-    /// No thread could be started to spawn it from.
-    Thread(io::Error),
-    /// Its umask or its confinement could not be put in place.
-    Confine(io::Error),
-    /// Spawning it failed (see `classify_spawn_error`).
-    Exec(io::Error),
-}
-
-impl Spawn {
-    /// The class and reason of the step that never started; `program` is its `argv[0]`.
-    fn judged(&self, program: &str) -> (FailureClass, String) {
-        match self {
-            Spawn::Thread(error) => (
-                FailureClass::InfraNeverStarted,
-                format!("cannot start the thread that starts the step: {error}"),
-            ),
-            Spawn::Confine(error) => (
-                FailureClass::InfraNeverStarted,
-                format!("cannot confine the step: {error}"),
-            ),
-            Spawn::Exec(error) => classify_spawn_error(error, program),
-        }
+/// The class and reason of a step that never started; `program` is its `argv[0]`.
+fn judged(failure: &spawn::Failure, program: &str) -> (FailureClass, String) {
+    match failure {
+        spawn::Failure::Confine(error) => (
+            FailureClass::InfraNeverStarted,
+            format!("cannot confine the step: {error}"),
+        ),
+        spawn::Failure::Exec(error) => classify_spawn_error(error, program),
     }
 }
 
@@ -477,78 +467,6 @@ fn mask_for_steps() -> Option<rustix::fs::Mode> {
         .and_then(|m| u32::from_str_radix(&m, 8).ok())
         .filter(|m| *m <= 0o777)
         .map(rustix::fs::Mode::from_bits_truncate)
-}
-
-/// A thread of its own that spawns the step once given it, having first taken on what the
-/// step must inherit: the umask the service was started with (Scarab's own files are
-/// private, umask 077, see `service::private_files`) in a filesystem context of its own,
-/// and the Landlock confinement, which binds the calling thread and what it starts, never
-/// the rest of this supervisor. With no hook to run between fork and exec, the standard
-/// library starts the step with `posix_spawn` (a vfork: no copy of this process's memory
-/// to make and tear down again), where it can. The thread ends once the step is spawned:
-/// a confined thread never starts a second step (each attempt has a Landlock domain of
-/// its own). Made ready before the go, so the step's start waits only for the spawn.
-struct Spawner {
-    order: Option<mpsc::Sender<(Command, Confinement)>>,
-    spawned: mpsc::Receiver<Result<Child, Spawn>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Spawner {
-    fn ready(mask: Option<rustix::fs::Mode>) -> io::Result<Spawner> {
-        let (order, orders) = mpsc::channel::<(Command, Confinement)>();
-        let (spawned_tx, spawned) = mpsc::channel();
-        let thread = std::thread::Builder::new().spawn(move || {
-            // No order: the step is not started (stopped, or the service went away).
-            let Ok((mut command, confinement)) = orders.recv() else {
-                return;
-            };
-            let spawned = (|| {
-                if let Some(mask) = mask {
-                    // SAFETY: a plain system call; it gives this thread its own copy of
-                    // the process's filesystem context (cwd, root, umask).
-                    if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
-                        return Err(Spawn::Confine(io::Error::last_os_error()));
-                    }
-                    rustix::process::umask(mask);
-                }
-                confinement.apply().map_err(Spawn::Confine)?;
-                command.spawn().map_err(Spawn::Exec)
-            })();
-            let _ = spawned_tx.send(spawned);
-        })?;
-        Ok(Spawner {
-            order: Some(order),
-            spawned,
-            thread: Some(thread),
-        })
-    }
-
-    /// Spawns `command` confined by `confinement`; the thread has ended when this returns.
-    fn spawn(mut self, command: Command, confinement: Confinement) -> Result<Child, Spawn> {
-        let ordered = self
-            .order
-            .take()
-            .is_some_and(|order| order.send((command, confinement)).is_ok());
-        let spawned = ordered.then(|| self.spawned.recv().ok()).flatten();
-        // Joined (by drop) before the step is watched: nothing of this thread is left.
-        drop(self);
-        spawned.unwrap_or_else(|| {
-            Err(Spawn::Thread(io::Error::other(
-                "the spawning thread ended early",
-            )))
-        })
-    }
-}
-
-impl Drop for Spawner {
-    fn drop(&mut self) {
-        // Without an order the thread returns at once.
-        self.order.take();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }
 
 /// One of the step's output pipes, the log file it goes to, and its masker.
@@ -631,7 +549,7 @@ struct Watch {
 /// A spawned step and what tells its exit: a pidfd, readable once it has exited, or `None`
 /// on a kernel without them (before Linux 5.3), where it is looked at every `EXIT_POLL`.
 struct Watched {
-    child: Child,
+    child: Step,
     exit: Option<std::os::fd::OwnedFd>,
 }
 
@@ -661,10 +579,8 @@ impl Watch {
         self.streams.push(stream);
     }
 
-    fn watch_exit(&mut self, child: Child) {
-        let exit = Pid::from_raw(child.id() as i32).and_then(|pid| {
-            rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
-        });
+    fn watch_exit(&mut self, mut child: Step) {
+        let exit = child.pidfd.take();
         self.step = Some(Watched { child, exit });
     }
 
@@ -1008,18 +924,21 @@ mod tests {
     /// Spawns `script` with piped output, watched by `watch`; `pidfd: false` takes the path
     /// of a kernel without pidfds (the exit looked for every `EXIT_POLL`).
     fn start(watch: &mut Watch, dir: &Path, script: &str, pidfd: bool) {
-        let mut child = Command::new("sh")
-            .args(["-c", script])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .expect("sh");
+        let argv: Vec<String> = ["sh", "-c", script].map(String::from).to_vec();
+        let env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+        let mut child = spawn::start(&spawn::Request {
+            argv: &argv,
+            env: &env,
+            workdir: None,
+            umask: None,
+            confinement: None,
+        })
+        .unwrap_or_else(|_| panic!("sh did not start"));
         let out = child.stdout.take().expect("stdout");
         let err = child.stderr.take().expect("stderr");
         let secret = || Masker::new([b"hunter2".as_slice()]);
-        watch.capture(Stream::new(out.into(), dir.join(files::STDOUT), secret()));
-        watch.capture(Stream::new(err.into(), dir.join(files::STDERR), secret()));
+        watch.capture(Stream::new(out, dir.join(files::STDOUT), secret()));
+        watch.capture(Stream::new(err, dir.join(files::STDERR), secret()));
         watch.watch_exit(child);
         if !pidfd {
             watch.step.as_mut().expect("watched").exit = None;
@@ -1139,11 +1058,19 @@ mod tests {
     #[test]
     fn spawn_errors_that_can_never_work_are_config() {
         let class = |error: io::Error| classify_spawn_error(&error, "tool").0;
-        // What std refuses before exec: a NUL byte in an argument or the environment.
-        let nul = std::process::Command::new("true")
-            .env("A", "x\0y")
-            .spawn()
-            .expect_err("a NUL byte in the environment");
+        // What is refused before exec: a NUL byte in an argument or the environment.
+        let argv = vec!["true".to_string()];
+        let env = BTreeMap::from([(OsString::from("A"), OsString::from("x\0y"))]);
+        let nul = spawn::start(&spawn::Request {
+            argv: &argv,
+            env: &env,
+            workdir: None,
+            umask: None,
+            confinement: None,
+        });
+        let Err(spawn::Failure::Exec(nul)) = nul else {
+            panic!("a NUL byte in the environment was passed on");
+        };
         assert_eq!(class(nul), FailureClass::Config);
         assert_eq!(
             class(io::Error::from_raw_os_error(libc::ENOENT)),
