@@ -297,6 +297,21 @@ pub struct ProcessIdentity {
 }
 
 impl ProcessIdentity {
+    /// This process's identity. Read once per process (a zygote's supervisors are forks:
+    /// each reads its own once), not once per attempt.
+    pub fn own() -> Option<ProcessIdentity> {
+        static OWN: std::sync::Mutex<Option<ProcessIdentity>> = std::sync::Mutex::new(None);
+        let pid = std::process::id() as i32;
+        let mut own = OWN.lock().ok()?;
+        match *own {
+            Some(identity) if identity.pid == pid => Some(identity),
+            _ => {
+                *own = ProcessIdentity::of(pid);
+                *own
+            }
+        }
+    }
+
     pub fn of(pid: i32) -> Option<ProcessIdentity> {
         Some(ProcessIdentity {
             pid,
@@ -384,7 +399,9 @@ fn read_bounded(dir: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
         Err(e) => return Err(e),
     };
     let max = crate::limits::ATTEMPT_FILE_MAX_BYTES;
-    let mut bytes = Vec::new();
+    // Room for what an attempt's files usually hold, so one read takes it (from nothing,
+    // the buffer would grow over several).
+    let mut bytes = Vec::with_capacity(4096);
     file.take(max + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max {
         return Err(io::Error::new(
@@ -599,6 +616,38 @@ mod tests {
         ProcessIdentity {
             pid,
             start_ticks: 1000 + pid as u64,
+        }
+    }
+
+    #[test]
+    fn a_processs_own_identity_is_read_once_and_is_its_own() {
+        let own = ProcessIdentity::own().expect("own identity");
+        assert_eq!(Some(own), ProcessIdentity::of(std::process::id() as i32));
+        assert!(own.is_alive());
+        assert_eq!(
+            ProcessIdentity::own(),
+            Some(own),
+            "the same the second time"
+        );
+        // A forked child reads its own, not its parent's.
+        let (mut ours, mut theirs) = std::os::unix::net::UnixStream::pair().expect("pair");
+        // SAFETY: the child only reads its identity, writes it to the socket and exits.
+        match unsafe { libc::fork() } {
+            0 => {
+                let child = ProcessIdentity::own().map(|me| me.pid).unwrap_or(0);
+                let _ = theirs.write_all(&child.to_le_bytes());
+                // SAFETY: ends the child without running the test harness's exit.
+                unsafe { libc::_exit(0) }
+            }
+            -1 => panic!("fork: {}", io::Error::last_os_error()),
+            pid => {
+                drop(theirs);
+                let mut bytes = [0u8; 4];
+                ours.read_exact(&mut bytes).expect("the child's pid");
+                // SAFETY: reaps the child forked above.
+                unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+                assert_eq!(i32::from_le_bytes(bytes), pid);
+            }
         }
     }
 

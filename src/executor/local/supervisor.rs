@@ -168,7 +168,7 @@ fn run_attempt(
     }
     // Signals first: a stop request must never kill the supervisor itself.
     let mut watch = Watch::new(File::from(handshake.try_clone()?))?;
-    let me = ProcessIdentity::of(std::process::id() as i32)
+    let me = ProcessIdentity::own()
         .ok_or_else(|| io::Error::other("cannot read this process's own start time"))?;
     // Not fsynced: what makes a relaunch safe after a power cut is the store, not this
     // file. The step starts only once the service has durably recorded the launch as
