@@ -282,6 +282,8 @@ fn run_attempt(
         }
     };
     let pid = child.id() as i32;
+    // Pipes this supervisor holds: the step never gets a path or a descriptor of its log
+    // files, and what it writes is masked on the way.
     if let Some(out) = child.stdout.take() {
         watch.capture(Stream::new(out, dir.join(files::STDOUT), masker()));
     }
