@@ -14,10 +14,15 @@
 //!
 //! The child runs in the supervisor's memory, so it runs only system calls on values
 //! prepared beforehand: it allocates nothing, takes no lock and returns nowhere. Every
-//! signal is blocked across the clone; the child sets every signal's action to its
-//! default before it unblocks them, so no handler of the supervisor ever runs in it, and
-//! the step starts with no signal ignored or blocked. The child is created with a pidfd
-//! (`CLONE_PIDFD`), so its exit is watched without a race against the reuse of its pid.
+//! signal but glibc's own two is blocked across the clone (glibc never blocks those; its
+//! handlers ignore what is not meant for one of its threads, and the child is none);
+//! the child sets every signal's action to its default before it unblocks them, so no
+//! handler of the supervisor runs in it, and the step starts with no signal ignored or
+//! blocked. The child is created with a pidfd (`CLONE_PIDFD`), so its exit is watched
+//! without a race against the reuse of its pid. Kernels before 5.2 ignore that flag and
+//! give none (the exit is then looked for instead); 5.2 gives a pidfd that `poll` does
+//! not yet understand, and is not supported. Needs glibc 2.24 or later, whose `clone`
+//! leaves the parent's cached thread ids alone (the package requires 2.36).
 
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsString};
@@ -33,6 +38,10 @@ use super::confine::Confinement;
 
 /// The child's stack. The child calls only a few functions that make system calls.
 const STACK: usize = 64 * 1024;
+
+/// Below the stack, one page that faults: an overflow ends the child instead of writing
+/// over whatever mapping lies beneath.
+const GUARD: usize = 4096;
 
 /// One more than the highest signal number on Linux (`_NSIG`).
 const SIGNALS: libc::c_int = 65;
@@ -63,6 +72,8 @@ pub enum Failure {
 /// stdout and stderr into the pipes whose read ends these are.
 pub struct Step {
     pid: i32,
+    /// Once reaped: its pid may belong to another process from then on.
+    status: Option<ExitStatus>,
     /// Readable once the step has exited; `None` on kernels without `CLONE_PIDFD`.
     pub pidfd: Option<OwnedFd>,
     pub stdout: Option<OwnedFd>,
@@ -89,6 +100,9 @@ impl Step {
     }
 
     fn wait_with(&mut self, options: libc::c_int) -> io::Result<Option<ExitStatus>> {
+        if self.status.is_some() {
+            return Ok(self.status);
+        }
         let mut status: libc::c_int = 0;
         // SAFETY: `status` is a valid place for the kernel to write the status to.
         match unsafe { libc::waitpid(self.pid, &mut status, options) } {
@@ -100,7 +114,10 @@ impl Step {
                 }
                 Err(error)
             }
-            _ => Ok(Some(ExitStatus::from_raw(status))),
+            _ => {
+                self.status = Some(ExitStatus::from_raw(status));
+                Ok(self.status)
+            }
         }
     }
 }
@@ -193,6 +210,7 @@ pub fn start(request: &Request<'_>) -> Result<Step, Failure> {
     match plan.report.stage.load(Ordering::Acquire) {
         0 => Ok(Step {
             pid,
+            status: None,
             pidfd,
             stdout: Some(stdout),
             stderr: Some(stderr),
@@ -276,29 +294,43 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 fn clone_child(plan: &Plan<'_>) -> io::Result<(i32, Option<OwnedFd>)> {
     // SAFETY: a fresh private anonymous mapping, unmapped below and used only as the
     // child's stack while this thread is suspended.
-    let stack = unsafe {
+    let mapping = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
-            STACK,
+            GUARD + STACK,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
             -1,
             0,
         )
     };
-    if stack == libc::MAP_FAILED {
+    if mapping == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the mapping's first page, made inaccessible; the stack is the rest.
+    let (guarded, stack) = unsafe {
+        (
+            libc::mprotect(mapping, GUARD, libc::PROT_NONE) == 0,
+            mapping.cast::<u8>().add(GUARD).cast::<libc::c_void>(),
+        )
+    };
+    if !guarded {
+        let error = io::Error::last_os_error();
+        // SAFETY: the mapping made above, not used by anything yet.
+        unsafe { libc::munmap(mapping, GUARD + STACK) };
+        return Err(error);
     }
     let blocked = Blocked::all();
     let mut cloned = clone_with(plan, stack, true);
     if matches!(&cloned, Err(e) if e.raw_os_error() == Some(libc::EINVAL)) {
-        // A kernel before 5.2 has no CLONE_PIDFD: the exit is then looked for instead.
+        // Refused outright (not the way kernels before 5.2 take it: they ignore the flag
+        // and give no pidfd, which `clone_with` sees): the exit is then looked for.
         cloned = clone_with(plan, stack, false);
     }
     drop(blocked);
     // SAFETY: the mapping made above; the child no longer uses it (it has executed its
     // program or exited, or was never created).
-    unsafe { libc::munmap(stack, STACK) };
+    unsafe { libc::munmap(mapping, GUARD + STACK) };
     cloned
 }
 
@@ -411,21 +443,16 @@ extern "C" fn child(plan: *mut libc::c_void) -> libc::c_int {
         // As `execvp` looks a program up: a directory where it is not found, or not a
         // directory, goes on to the next; one where it is not permitted too, but that is
         // the error if no directory has it.
-        let mut failed = libc::ENOENT;
         let mut denied = false;
         for program in &plan.programs {
             libc::execve(program.as_ptr(), plan.argv.as_ptr(), plan.envp.as_ptr());
-            failed = errno();
-            match failed {
+            match errno() {
                 libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
                 libc::EACCES => denied = true,
-                _ => break,
+                other => give_up(EXEC, other),
             }
         }
-        if denied && matches!(failed, libc::ENOENT | libc::ENOTDIR) {
-            failed = libc::EACCES;
-        }
-        give_up(EXEC, failed)
+        give_up(EXEC, if denied { libc::EACCES } else { libc::ENOENT })
     }
 }
 
@@ -518,6 +545,11 @@ mod tests {
         let (out, err) = output(&mut step);
         let status = step.wait().expect("wait");
         assert_eq!(status.code(), Some(3));
+        assert_eq!(
+            step.try_wait().expect("again"),
+            Some(status),
+            "once reaped, its status is kept (its pid may be another's by now)"
+        );
         let lines: Vec<&str> = out.lines().collect();
         let cwd = dir.path().canonicalize().expect("canonical");
         assert_eq!(lines[0], format!("hello {} 0027", cwd.display()));
@@ -601,6 +633,23 @@ mod tests {
         // each other in one process).
         let left = std::fs::read_to_string("/proc/thread-self/children").expect("children");
         assert_eq!(left.trim(), "", "children left");
+        // Not permitted in one directory of PATH and found in none: not permitted, as
+        // `execvp` says it.
+        let denied = tempfile::tempdir().expect("dir");
+        std::fs::write(denied.path().join("tool"), "#!/bin/sh\n").expect("tool");
+        let path = format!("{}:/nonexistent", denied.path().display());
+        let env_denied = environment(&path);
+        let argv = vec!["tool".to_string()];
+        let Err(Failure::Exec(error)) = start(&Request {
+            argv: &argv,
+            env: &env_denied,
+            workdir: None,
+            umask: None,
+            confinement: None,
+        }) else {
+            panic!("a file without execute permission started");
+        };
+        assert_eq!(error.raw_os_error(), Some(libc::EACCES));
         // Found through PATH past a directory that does not exist.
         let argv = vec!["true".to_string()];
         let mut step = start(&Request {
