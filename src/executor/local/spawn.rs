@@ -81,8 +81,9 @@ pub struct Step {
 }
 
 impl Step {
-    pub fn id(&self) -> u32 {
-        self.pid as u32
+    /// Its pid, which is also its process group's id.
+    pub fn pid(&self) -> i32 {
+        self.pid
     }
 
     /// Its exit status, if it has exited (it is reaped then).
@@ -554,7 +555,7 @@ mod tests {
         let cwd = dir.path().canonicalize().expect("canonical");
         assert_eq!(lines[0], format!("hello {} 0027", cwd.display()));
         assert_eq!(lines[1], lines[2], "its own process group: {out}");
-        assert_eq!(lines[2], step.id().to_string());
+        assert_eq!(lines[2], step.pid().to_string());
         assert_eq!(err, "alive\n");
     }
 

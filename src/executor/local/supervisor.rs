@@ -281,7 +281,7 @@ fn run_attempt(
             )));
         }
     };
-    let pid = child.id() as i32;
+    let pid = child.pid();
     // Pipes this supervisor holds: the step never gets a path or a descriptor of its log
     // files, and what it writes is masked on the way.
     if let Some(out) = child.stdout.take() {
@@ -440,12 +440,11 @@ fn environment(
         ("SCARAB_ATTEMPT", spec.launch.attempt.to_string()),
         ("SCARAB_FENCE", spec.launch.fence.0.to_string()),
     ];
-    let given = attempt
-        .into_iter()
-        .map(|(name, value)| (name.to_string(), value))
-        .chain(local.env.iter().map(|(k, v)| (k.clone(), v.clone())))
-        .chain(secrets.iter().cloned());
-    for (name, value) in given {
+    for (name, value) in attempt {
+        env.insert(name.into(), value.into());
+    }
+    // Later ones win: the step's own variables over the attempt's, its secrets over both.
+    for (name, value) in local.env.iter().chain(secrets) {
         env.insert(name.into(), value.into());
     }
     env
@@ -1010,7 +1009,7 @@ mod tests {
             "a running step ended the wait before its deadline"
         );
         assert!(began.elapsed() >= Duration::from_millis(200));
-        let pid = watch.step.as_ref().expect("still watched").child.id() as i32;
+        let pid = watch.step.as_ref().expect("still watched").child.pid();
         signal_group(pid, Signal::KILL);
         match watch.next(Some(Instant::now() + Duration::from_secs(10))) {
             Ok(Some(Event::Exited(status))) => assert_eq!(status.signal(), Some(libc::SIGKILL)),
@@ -1032,7 +1031,7 @@ mod tests {
         let (_service, _signals, mut watch) = watch();
         // The background sleep holds stdout open after the shell exits.
         start(&mut watch, &dir, "echo early; sleep 30 & exit 0", true);
-        let pid = watch.step.as_ref().expect("watched").child.id() as i32;
+        let pid = watch.step.as_ref().expect("watched").child.pid();
         loop {
             match watch.next(Some(Instant::now() + Duration::from_secs(10))) {
                 Ok(Some(Event::Exited(status))) => {
