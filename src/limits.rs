@@ -91,6 +91,11 @@ pub const HTTP_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 pub const HTTP_CONNECTIONS_MAX: usize = 4096;
 /// Request bodies above this are refused with 413.
 pub const API_BODY_MAX_BYTES: usize = 1024 * 1024;
+/// Valid pipeline documents the API keeps parsed, by text and parameter values (a
+/// producer submitting the same document is not parsed each time), and the longest
+/// document kept.
+pub const PARSED_PIPELINES_MAX: usize = 16;
+pub const PARSED_PIPELINE_TEXT_MAX_BYTES: usize = 16 * 1024;
 pub const API_PAGE_DEFAULT: usize = 50;
 pub const API_PAGE_MAX: usize = 500;
 pub const IDEMPOTENCY_KEY_MAX_BYTES: usize = 200;

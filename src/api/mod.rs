@@ -7,6 +7,7 @@ pub mod dto;
 mod errors;
 mod events;
 pub mod listen;
+mod parsed;
 mod schedules;
 
 pub use errors::ApiError;
@@ -36,6 +37,8 @@ pub struct ApiState {
     pub admin_token: Arc<String>,
     /// The listener speaks TLS (the dashboard's cookies are `Secure`).
     pub tls: bool,
+    /// The pipeline documents parsed last.
+    pub parsed: Arc<parsed::Parsed>,
 }
 
 pub fn router(state: ApiState) -> Router {
@@ -355,9 +358,9 @@ fn accept_pipeline(
     text: &str,
     format: Format,
     params: &[(String, String)],
-) -> Result<pipeline::ParseOutcome, ApiError> {
-    let outcome = pipeline::parse_with(text, format, pipeline::Binding::Values(params)).map_err(
-        |errors| match errors
+) -> Result<parsed::Accepted, ApiError> {
+    let accepted = state.parsed.parse(text, format, params).map_err(|errors| {
+        match errors
             .iter()
             .find(|e| e.line.is_none() && e.field.starts_with("params."))
         {
@@ -365,13 +368,13 @@ fn accept_pipeline(
                 ApiError::field(StatusCode::BAD_REQUEST, &error.field, error.message.clone())
             }
             None => ApiError::invalid(&errors),
-        },
-    )?;
-    let refused = state.service.settings.check_pipeline(&outcome.pipeline);
+        }
+    })?;
+    let refused = state.service.settings.check_pipeline(&accepted.pipeline);
     if !refused.is_empty() {
         return Err(ApiError::invalid(&refused));
     }
-    Ok(outcome)
+    Ok(accepted)
 }
 
 /// The run's parameter values: each `param=NAME=VALUE` of the query, in order. A `param`
@@ -520,17 +523,11 @@ async fn submit(
     let origin = origin(&headers)?;
     let submitted = state
         .service
-        .submit(
-            source,
-            Arc::new(outcome.pipeline),
-            origin,
-            admission,
-            idempotency_key,
-        )
+        .submit(source, outcome.pipeline, origin, admission, idempotency_key)
         .await?;
     let body = dto::SubmitAnswer {
         id: submitted.id.to_string(),
-        warnings: outcome.warnings,
+        warnings: outcome.warnings.to_vec(),
         existing: submitted.existing,
     };
     // A replay answers 200 with the run the key first created; a new run is 201.

@@ -150,6 +150,7 @@ async fn serve_async(
         service: service.clone(),
         admin_token: std::sync::Arc::new(admin_token),
         tls: tls.is_some(),
+        parsed: Default::default(),
     });
     tracing::info!(
         listen = %listener.local_addr()?,
