@@ -86,11 +86,7 @@ pub enum Layout {
 impl Layout {
     /// The layout of the attempt in `dir`: that of the file its spec is in.
     pub fn of(dir: &Path) -> Layout {
-        if !dir.join(ATTEMPT).exists() && dir.join(LEGACY_SPEC).exists() {
-            Layout::Legacy
-        } else {
-            Layout::Records
-        }
+        Taken::read(dir).layout(dir)
     }
 }
 
@@ -182,21 +178,72 @@ pub fn write_spec(dir: &Path, spec: &Spec) -> io::Result<()> {
 
 /// `Ok(None)` when there is no spec; an unreadable or implausible one is `InvalidData`.
 pub fn read_spec(dir: &Path) -> io::Result<Option<Spec>> {
-    let file = match Records::read(dir)? {
-        Some(records) => records.spec.map_err(|e| {
-            io::Error::new(io::ErrorKind::InvalidData, format!("{ATTEMPT}: spec: {e}"))
-        })?,
-        None => match read_json::<SpecFile>(dir, LEGACY_SPEC)? {
-            Some(file) => file,
-            None => return Ok(None),
-        },
-    };
-    let launch = LaunchRecord::try_from(file.launch)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("spec: {e}")))?;
-    Ok(Some(Spec {
-        launch,
-        kill_grace_ms: file.kill_grace_ms,
-    }))
+    Taken::read(dir).spec(dir)
+}
+
+/// `attempt.jsonl` read once, for the checks a supervisor makes when it takes its
+/// attempt: a verdict already written, the spec, a supervisor before it. It holds the
+/// attempt's lock and only a supervisor appends to the file, so one read answers them
+/// all.
+pub struct Taken {
+    records: io::Result<Option<Records>>,
+}
+
+impl Taken {
+    pub fn read(dir: &Path) -> Taken {
+        Taken {
+            records: Records::read(dir),
+        }
+    }
+
+    /// Has a supervisor written a verdict (one that cannot be read counts)?
+    pub fn verdict_recorded(&self, dir: &Path) -> bool {
+        match &self.records {
+            Err(_) => true,
+            Ok(Some(records)) if records.verdict().is_some() => true,
+            Ok(_) => !matches!(read_json::<v3::Verdict>(dir, LEGACY_VERDICT), Ok(None)),
+        }
+    }
+
+    /// Did a supervisor take this attempt (so its step may have run)? Anything after
+    /// the spec says yes, even a record that cannot be read, and so does whatever cannot
+    /// be read at all.
+    pub fn supervisor_recorded(&self, dir: &Path) -> bool {
+        dir.join(LEGACY_SUPERVISOR).exists()
+            || match &self.records {
+                Ok(Some(records)) => !records.entries.is_empty(),
+                Ok(None) => false,
+                Err(_) => true,
+            }
+    }
+
+    /// The layout of the attempt: that of the file its spec is in.
+    pub fn layout(&self, dir: &Path) -> Layout {
+        match &self.records {
+            Ok(None) if dir.join(LEGACY_SPEC).exists() => Layout::Legacy,
+            _ => Layout::Records,
+        }
+    }
+
+    /// The spec: `Ok(None)` when there is none; an unreadable or implausible one is
+    /// `InvalidData`.
+    pub fn spec(self, dir: &Path) -> io::Result<Option<Spec>> {
+        let file = match self.records? {
+            Some(records) => records.spec.map_err(|e| {
+                io::Error::new(io::ErrorKind::InvalidData, format!("{ATTEMPT}: spec: {e}"))
+            })?,
+            None => match read_json::<SpecFile>(dir, LEGACY_SPEC)? {
+                Some(file) => file,
+                None => return Ok(None),
+            },
+        };
+        let launch = LaunchRecord::try_from(file.launch)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("spec: {e}")))?;
+        Ok(Some(Spec {
+            launch,
+            kill_grace_ms: file.kill_grace_ms,
+        }))
+    }
 }
 
 /// Appends one record to `attempt.jsonl` in one write. One that fails part-way (a full
@@ -256,7 +303,7 @@ pub fn read_verdict(dir: &Path) -> io::Result<Option<Verdict>> {
 
 /// Has a supervisor written a verdict (one that cannot be read counts)?
 pub fn verdict_recorded(dir: &Path) -> bool {
-    !matches!(read_verdict(dir), Ok(None))
+    Taken::read(dir).verdict_recorded(dir)
 }
 
 /// The local command of a spec.
@@ -528,18 +575,10 @@ pub fn read_supervision(dir: &Path) -> io::Result<Option<Supervision>> {
     Ok(Some(Supervision { supervisor, child }))
 }
 
-/// Did a supervisor take this attempt (so its step may have run)? Anything after the
-/// spec says yes, even a record that cannot be read, and so does whatever cannot be read
-/// at all.
+/// Did a supervisor take this attempt (so its step may have run)? As
+/// [`Taken::supervisor_recorded`].
 pub fn supervisor_recorded(dir: &Path) -> bool {
-    if dir.join(LEGACY_SUPERVISOR).exists() {
-        return true;
-    }
-    match Records::read(dir) {
-        Ok(Some(records)) => !records.entries.is_empty(),
-        Ok(None) => false,
-        Err(_) => true,
-    }
+    Taken::read(dir).supervisor_recorded(dir)
 }
 
 /// May the step have been spawned, as far as the attempt directory tells? A record of
@@ -617,6 +656,30 @@ mod tests {
             pid,
             start_ticks: 1000 + pid as u64,
         }
+    }
+
+    #[test]
+    fn one_read_answers_a_supervisors_checks() {
+        let (_root, dir) = attempt();
+        write_spec(&dir, &spec(7)).expect("spec");
+        let before = Taken::read(&dir);
+        write_supervisor(&dir, Layout::Records, &identity(10)).expect("supervisor");
+        // Read before the supervisor's record: it answers as the file was then.
+        assert!(!before.verdict_recorded(&dir));
+        assert!(!before.supervisor_recorded(&dir));
+        assert_eq!(before.layout(&dir), Layout::Records);
+        assert_eq!(before.spec(&dir).expect("read"), Some(spec(7)));
+        let taken = Taken::read(&dir);
+        assert!(taken.supervisor_recorded(&dir) && !taken.verdict_recorded(&dir));
+        // Too large to read: a verdict and a supervisor may be in it, the spec is not
+        // readable.
+        let large = crate::limits::ATTEMPT_FILE_MAX_BYTES as usize + 1;
+        fs::write(dir.join(ATTEMPT), vec![b'x'; large]).expect("write");
+        let unreadable = Taken::read(&dir);
+        assert!(unreadable.verdict_recorded(&dir) && unreadable.supervisor_recorded(&dir));
+        assert_eq!(unreadable.layout(&dir), Layout::Records);
+        let error = unreadable.spec(&dir).expect_err("unreadable");
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
     }
 
     #[test]

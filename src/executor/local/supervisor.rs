@@ -93,21 +93,33 @@ pub fn supervise_confined(
     // Blocking: a service probing liveness holds a shared lock for an instant.
     rustix::fs::flock(lock.as_fd(), rustix::fs::FlockOperation::LockExclusive)
         .map_err(|e| io_error(e.into()))?;
-    if files::verdict_recorded(dir) {
+    // One read of the attempt's records answers the checks below.
+    let taken = files::Taken::read(dir);
+    if taken.verdict_recorded(dir) {
         return Ok(Ending::Clean);
     }
     // A marker left by an earlier supervisor that gave up at the handshake is stale now
     // that this one owns the attempt.
     files::remove_aborted(dir).map_err(io_error)?;
-    let spec: Spec = files::read_spec(dir)
-        .map_err(io_error)?
-        .ok_or_else(|| SuperviseError::NoSpec(dir.display().to_string()))?;
     // An attempt an older service launched keeps that build's files: during an upgrade
     // that service may still be the one that reads them.
-    let layout = files::Layout::of(dir);
+    let layout = taken.layout(dir);
+    let supervised_before = taken.supervisor_recorded(dir);
+    let spec: Spec = taken
+        .spec(dir)
+        .map_err(io_error)?
+        .ok_or_else(|| SuperviseError::NoSpec(dir.display().to_string()))?;
     let mut ending = Ending::Clean;
-    let Some(verdict) =
-        run_attempt(dir, layout, &spec, confinement, &handshake, &mut ending).map_err(io_error)?
+    let Some(verdict) = run_attempt(
+        dir,
+        layout,
+        &spec,
+        supervised_before,
+        confinement,
+        &handshake,
+        &mut ending,
+    )
+    .map_err(io_error)?
     else {
         return Ok(Ending::Exit);
     };
@@ -141,16 +153,18 @@ fn write_verdict_patiently(dir: &Path, layout: files::Layout, verdict: &Verdict)
 /// `Ok(None)`: the launch was never recorded, so nothing ran and no verdict is written;
 /// the attempt directory is left looking fresh, so the next service relaunches this fence.
 ///
+/// `supervised_before`: the attempt's records say a supervisor took it before this one.
 /// `ending` becomes `Ending::Exit` when something of the attempt may outlive this call.
 fn run_attempt(
     dir: &Path,
     layout: files::Layout,
     spec: &Spec,
+    supervised_before: bool,
     confinement: Option<Result<Confinement, ConfineError>>,
     handshake: &std::os::fd::OwnedFd,
     ending: &mut Ending,
 ) -> io::Result<Option<Verdict>> {
-    if files::supervisor_recorded(dir) {
+    if supervised_before {
         // A supervisor of this fence ran before and died without a verdict: its step may
         // have run. Never start it again under the same fence.
         return Ok(Some(never_ran_verdict(
