@@ -96,6 +96,9 @@ pub const API_BODY_MAX_BYTES: usize = 1024 * 1024;
 /// document kept.
 pub const PARSED_PIPELINES_MAX: usize = 16;
 pub const PARSED_PIPELINE_TEXT_MAX_BYTES: usize = 16 * 1024;
+/// The largest parsed pipeline kept (its `Debug` rendering's length): a short document
+/// can name a large one through YAML aliases.
+pub const PARSED_PIPELINE_MAX_BYTES: usize = 64 * 1024;
 pub const API_PAGE_DEFAULT: usize = 50;
 pub const API_PAGE_MAX: usize = 500;
 pub const IDEMPOTENCY_KEY_MAX_BYTES: usize = 200;

@@ -6,7 +6,8 @@
 //! values, so an entry is found by exactly those and its outcome is the one a fresh
 //! parse would give. Only valid documents are kept, at most
 //! `limits::PARSED_PIPELINES_MAX` of them, none longer than
-//! `limits::PARSED_PIPELINE_TEXT_MAX_BYTES`; the least recently used goes first. What
+//! `limits::PARSED_PIPELINE_TEXT_MAX_BYTES` nor parsed into a pipeline larger than
+//! `limits::PARSED_PIPELINE_MAX_BYTES`; the least recently used goes first. What
 //! depends on the service's settings (`Settings::check_pipeline`) is checked on every
 //! request, outside this cache.
 
@@ -53,7 +54,9 @@ impl Parsed {
             pipeline: Arc::new(outcome.pipeline),
             warnings: outcome.warnings.into(),
         };
-        if text.len() <= limits::PARSED_PIPELINE_TEXT_MAX_BYTES {
+        if text.len() <= limits::PARSED_PIPELINE_TEXT_MAX_BYTES
+            && footprint(&accepted.pipeline) <= limits::PARSED_PIPELINE_MAX_BYTES
+        {
             self.keep(Entry {
                 format,
                 text: text.into(),
@@ -89,6 +92,22 @@ impl Parsed {
     fn len(&self) -> usize {
         self.entries.lock().unwrap().len()
     }
+}
+
+/// What keeping a pipeline costs, measured as the length of its `Debug` rendering,
+/// which spells out every string it holds (counted, not allocated). A short document
+/// can stand for a large pipeline: YAML aliases repeat what they name.
+fn footprint(pipeline: &Pipeline) -> usize {
+    struct Count(usize);
+    impl std::fmt::Write for Count {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0 += s.len();
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = std::fmt::Write::write_fmt(&mut count, format_args!("{pipeline:?}"));
+    count.0
 }
 
 #[cfg(test)]
@@ -149,6 +168,21 @@ mod tests {
         assert!(
             errors.iter().any(|e| e.field.starts_with("params.")),
             "{errors:?}"
+        );
+        // Short, but its aliases make a large pipeline.
+        let arg = format!("'{}'", "x".repeat(200));
+        let args = vec![arg; 50].join(", ");
+        let mut aliased = format!("name: p\nsteps:\n  - name: s0\n    run: &a [{args}]\n");
+        for i in 1..20 {
+            aliased.push_str(&format!("  - name: s{i}\n    run: *a\n"));
+        }
+        assert!(aliased.len() <= limits::PARSED_PIPELINE_TEXT_MAX_BYTES);
+        let first = parsed.parse(&aliased, Format::Yaml, &[]).expect("valid");
+        assert!(footprint(&first.pipeline) > limits::PARSED_PIPELINE_MAX_BYTES);
+        let again = parsed.parse(&aliased, Format::Yaml, &[]).expect("valid");
+        assert!(
+            !Arc::ptr_eq(&first.pipeline, &again.pipeline),
+            "parsed each time"
         );
         let padding = "#".repeat(limits::PARSED_PIPELINE_TEXT_MAX_BYTES);
         let large = format!("{DOC}{padding}\n");
