@@ -31,6 +31,12 @@ struct Entry {
     accepted: Accepted,
 }
 
+impl Entry {
+    fn is(&self, text: &str, format: Format, params: &[(String, String)]) -> bool {
+        self.format == format && *self.text == *text && *self.params == *params
+    }
+}
+
 #[derive(Default)]
 pub struct Parsed {
     /// Most recently used first.
@@ -69,9 +75,9 @@ impl Parsed {
 
     fn find(&self, text: &str, format: Format, params: &[(String, String)]) -> Option<Accepted> {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let at = entries.iter().position(|entry| {
-            entry.format == format && *entry.text == *text && *entry.params == *params
-        })?;
+        let at = entries
+            .iter()
+            .position(|entry| entry.is(text, format, params))?;
         let entry = entries.remove(at)?;
         let accepted = entry.accepted.clone();
         entries.push_front(entry);
@@ -81,9 +87,7 @@ impl Parsed {
     fn keep(&self, entry: Entry) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         // Two requests may have parsed the same document at once: keep one entry.
-        entries.retain(|kept| {
-            !(kept.format == entry.format && kept.text == entry.text && kept.params == entry.params)
-        });
+        entries.retain(|kept| !kept.is(&entry.text, entry.format, &entry.params));
         entries.push_front(entry);
         entries.truncate(limits::PARSED_PIPELINES_MAX);
     }

@@ -196,13 +196,22 @@ impl Taken {
         }
     }
 
+    /// The verdict of `attempt.jsonl`, or of an older build's `verdict.json` (one that
+    /// cannot be read is an error).
+    pub fn verdict(&self, dir: &Path) -> io::Result<Option<Verdict>> {
+        let records = match &self.records {
+            Ok(records) => records.as_ref(),
+            Err(e) => return Err(io::Error::new(e.kind(), e.to_string())),
+        };
+        if let Some(verdict) = records.and_then(Records::verdict) {
+            return Ok(Some(verdict.clone().into()));
+        }
+        Ok(read_json::<v3::Verdict>(dir, LEGACY_VERDICT)?.map(Verdict::from))
+    }
+
     /// Has a supervisor written a verdict (one that cannot be read counts)?
     pub fn verdict_recorded(&self, dir: &Path) -> bool {
-        match &self.records {
-            Err(_) => true,
-            Ok(Some(records)) if records.verdict().is_some() => true,
-            Ok(_) => !matches!(read_json::<v3::Verdict>(dir, LEGACY_VERDICT), Ok(None)),
-        }
+        !matches!(self.verdict(dir), Ok(None))
     }
 
     /// Did a supervisor take this attempt (so its step may have run)? Anything after
@@ -295,10 +304,7 @@ pub fn write_verdict(dir: &Path, layout: Layout, verdict: &Verdict) -> io::Resul
 /// The verdict of `attempt.jsonl`, or of an older build's `verdict.json` (one that
 /// cannot be read is `InvalidData`).
 pub fn read_verdict(dir: &Path) -> io::Result<Option<Verdict>> {
-    if let Some(verdict) = Records::read(dir)?.as_ref().and_then(Records::verdict) {
-        return Ok(Some(verdict.clone().into()));
-    }
-    Ok(read_json::<v3::Verdict>(dir, LEGACY_VERDICT)?.map(Verdict::from))
+    Taken::read(dir).verdict(dir)
 }
 
 /// Has a supervisor written a verdict (one that cannot be read counts)?
