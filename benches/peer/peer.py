@@ -75,6 +75,26 @@ def create_cost_us(root, n=200):
     return sorted(samples)[n // 2] / 2 * 1e6
 
 
+def fsync_us(root, n=200):
+    """What a durable append costs in `root` now: the median of n times one 4 KiB write
+    and fdatasync, in microseconds. Durable Celery waits for one of these (Redis's
+    append-only log) per acknowledgement; Scarab for a redb commit, which writes many
+    pages and syncs once. The file stays until the scratch is removed, like
+    create_cost_us's probes."""
+    fd, _ = tempfile.mkstemp(prefix="fsync-", dir=root)
+    block = b"x" * 4096
+    samples = []
+    try:
+        for _ in range(n):
+            start = time.perf_counter()
+            os.pwrite(fd, block, 0)
+            os.fdatasync(fd)
+            samples.append(time.perf_counter() - start)
+    finally:
+        os.close(fd)
+    return sorted(samples)[n // 2] * 1e6
+
+
 def filesystem_of(path):
     """The type of the filesystem `path` is on (the longest mount point above it)."""
     path = os.path.realpath(path)
@@ -418,7 +438,10 @@ def main():
     try:
         for _ in range(args.rounds):
             for key, measure in systems.items():
-                rounds[key].append(measure())
+                fsync = fsync_us(scratch)
+                result = measure()
+                result["fsync_us"] = fsync
+                rounds[key].append(result)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     results = {key: sorted(runs, key=lambda r: r["rate"])[len(runs) // 2] for key, runs in rounds.items()}
@@ -442,6 +465,12 @@ def main():
     print(f"An inode created in the scratch before each Scarab round: {every} us (median of 200); "
           "Scarab creates 2 per attempt (its directory and attempt.jsonl). Above ~50 us, recently deleted files of this filesystem "
           "are slowing Scarab down (see create_cost_us)")
+    short = {"scarab": "Scarab", "celery_fsync_always": "durable Celery", "celery_default": "default Celery"}
+    every = "; ".join(
+        f"{short[key]}: " + ", ".join(f"{x['fsync_us']:.0f}" for x in runs) for key, runs in rounds.items()
+    )
+    print(f"A 4 KiB write and fdatasync in the scratch before each round, us (median of 200): {every}; "
+          "durable Celery waits for one per acknowledgement (Redis's append-only log), Scarab for a redb commit of many pages")
     print(f"Scarab RSS right after one run (a supervisor kept for the next): {r['rss_warm']:.1f} MB; "
           f"right after the {args.runs} runs: {r['rss_after']:.1f} MB; idle again after them: "
           f"{r['rss_idle_after']:.1f} MB (the service alone {r['rss_service_idle_after']:.1f} MB; "
