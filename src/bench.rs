@@ -138,7 +138,7 @@ fn throughput_rows(options: &Options, report: &mut Report) -> anyhow::Result<()>
     report.row(
         "single transition commit latency (submit into an idle service, 1 client)",
         format!(
-            "{:.3} ms median = {:.2}x fsync (target <= 2x); the driver's commit itself {:.3} ms mean = {:.2}x fsync",
+            "{:.3} ms median = {:.2}x fsync (target <= 2x); the driver's commits in this phase (each run's submission, then its launch and verdict) {:.3} ms mean = {:.2}x fsync",
             ms(single),
             ratio(single, fsync),
             ms(lone),
