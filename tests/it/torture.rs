@@ -3,7 +3,8 @@
 //! is present and succeeded, every step ran exactly once (its output file has one line,
 //! the fence of its only attempt), and fences only went up.
 //!
-//! `SCARAB_TORTURE_CYCLES` sets the number of kills (10 in the suite; the long form is
+//! `SCARAB_TORTURE_CYCLES` sets the number of kills (in the suite 10 under the two-step
+//! load and 20 under the throughput load; the long form is
 //! `SCARAB_TORTURE_CYCLES=100 cargo test --test it torture -- --nocapture`, see
 //! docs/benchmarks.md). The kill times come from a seed printed at the start;
 //! `SCARAB_TORTURE_SEED` replays one.
