@@ -719,9 +719,9 @@ fn one_step() -> anyhow::Result<(PipelineSource, Arc<pipeline::Pipeline>)> {
 
 /// Drives the real driver, store and outbox with an executor that answers at once:
 /// each run is three durable transitions (submit, launch confirmed, verdict).
-/// The median latency of a lone submission's commit, the durable transitions per second
-/// under group commit, and the bytes written per run one client at a time into a fresh
-/// store, under group commit, and one at a time again into the store those filled (the
+/// The median latency of a lone submission's commit into an idle service, the durable
+/// transitions per second under group commit, and the bytes written per run one client
+/// at a time into a fresh store, under group commit, and one at a time again into the store those filled (the
 /// process's `wchar`: the store's page writes, since the fake executor writes nothing).
 async fn transitions(dir: &Path, quick: bool) -> anyhow::Result<(Duration, f64, [Written; 3])> {
     let _ = std::fs::remove_dir_all(dir);
@@ -801,10 +801,11 @@ struct Written {
 
 impl Written {
     fn now(service: &service::Service, dir: &Path) -> anyhow::Result<Written> {
+        let (commits, commit_seconds) = commit_metrics(service)?;
         Ok(Written {
             bytes: bytes_written()?,
-            commits: commits(service)?,
-            commit_seconds: commit_seconds(service)?,
+            commits,
+            commit_seconds,
             runs: 0,
             requests: Requests::now(dir),
         })
@@ -946,24 +947,27 @@ async fn wait_idle(service: &service::Service) -> anyhow::Result<()> {
 
 /// The driver's commits so far (`scarab_commit_duration_seconds_count`).
 fn commits(service: &service::Service) -> anyhow::Result<u64> {
-    commit_metric(service, "count")
+    Ok(commit_metrics(service)?.0)
 }
 
-/// The driver's time in its commits so far (`scarab_commit_duration_seconds_sum`).
-fn commit_seconds(service: &service::Service) -> anyhow::Result<f64> {
-    commit_metric(service, "sum")
-}
-
-fn commit_metric<T: std::str::FromStr>(
-    service: &service::Service,
-    part: &str,
-) -> anyhow::Result<T> {
+/// The driver's commits so far and its time in them (`scarab_commit_duration_seconds`
+/// count and sum), from one rendering of the metrics.
+fn commit_metrics(service: &service::Service) -> anyhow::Result<(u64, f64)> {
     let text = service.metrics.encode()?;
-    let prefix = format!("scarab_commit_duration_seconds_{part} ");
-    text.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .and_then(|value| value.trim().parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("no commit {part} in the metrics"))
+    let value = |part: &str| {
+        let prefix = format!("scarab_commit_duration_seconds_{part} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .map(str::trim)
+            .ok_or_else(|| anyhow::anyhow!("no commit {part} in the metrics"))
+    };
+    let count = value("count")?
+        .parse()
+        .map_err(|e| anyhow::anyhow!("the commit count in the metrics: {e}"))?;
+    let sum = value("sum")?
+        .parse()
+        .map_err(|e| anyhow::anyhow!("the commit sum in the metrics: {e}"))?;
+    Ok((count, sum))
 }
 
 /// Real supervisors running `/bin/true`, submitted by two clients that each wait for
